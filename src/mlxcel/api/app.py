@@ -1,0 +1,28 @@
+"""The FastAPI application: routers, error envelope, auth and body limits."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import FastAPI
+
+from mlxcel.api.errors import install_error_handlers
+from mlxcel.api.limits import BodySizeLimit
+from mlxcel.api.routes import health, text
+from mlxcel.config import ServerConfig
+
+
+def create_app(config: ServerConfig) -> FastAPI:
+    """An app that answers 503 on /health until `app.state.registry` is set."""
+    app = FastAPI(title="mlxcel", docs_url=None, redoc_url=None)
+    app.state.registry = None
+    app.state.load_error = None
+    app.state.api_keys = config.api_keys
+    app.state.n_predict = config.n_predict
+    app.state.started = int(time.time())
+    install_error_handlers(app)
+    app.include_router(health.public)
+    app.include_router(health.router)
+    app.include_router(text.router)
+    app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes)
+    return app

@@ -1,0 +1,54 @@
+"""One error envelope for every failure: {"error": {"message", "type", "param", "code"}}."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from mlxcel.serving.errors import APIError, invalid_request
+
+logger = logging.getLogger(__name__)
+
+
+def _validation_error(exc: RequestValidationError) -> APIError:
+    errors = exc.errors()
+    if not errors:
+        return invalid_request("invalid request body")
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        return invalid_request(f"the body is not valid JSON: {first.get('msg', '')}")
+    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    param = ".".join(loc) or None
+    if first.get("type") == "extra_forbidden":
+        return invalid_request(
+            f"unsupported field '{param}'", param=param, code="unsupported_field"
+        )
+    where = f"'{param}': " if param else ""
+    return invalid_request(f"{where}{first.get('msg', 'invalid value')}", param=param)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Route every error path through the envelope."""
+
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _validation_error(exc).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        code = {404: "not_found", 413: "request_too_large"}.get(exc.status_code)
+        return APIError(exc.status_code, message, code=code, headers=exc.headers).response()
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        return APIError(500, "internal server error").response()

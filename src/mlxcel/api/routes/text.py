@@ -1,0 +1,70 @@
+"""POST /v1/chat/completions and /v1/completions."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import StreamingResponse
+
+from mlxcel.api.auth import require_api_key
+from mlxcel.api.schemas.chat import ChatCompletionRequest
+from mlxcel.api.schemas.completions import CompletionRequest
+from mlxcel.api.sse import event_stream
+from mlxcel.api.state import model_for
+from mlxcel.serving.chat import chat_chunks, chat_completion, prepare_chat
+from mlxcel.serving.completions import completion, completion_chunks, prepare_completion
+from mlxcel.serving.errors import APIError
+
+router = APIRouter(dependencies=[Depends(require_api_key)])
+
+T = TypeVar("T")
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Await `work`, cancelling it (and so its generation) if the client goes away."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_wait_for_disconnect(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if not task.done():
+        task.cancel()
+        raise APIError(499, "client closed the request", code="client_closed")
+    return task.result()
+
+
+async def _wait_for_disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+@router.post("/v1/chat/completions", response_model=None)
+async def chat_completions(
+    body: ChatCompletionRequest, request: Request
+) -> dict[str, Any] | StreamingResponse:
+    """OpenAI chat completions, streamed or whole."""
+    model = model_for(request, body.model)
+    generation = await asyncio.to_thread(prepare_chat, model, body, request.app.state.n_predict)
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return await event_stream(chat_chunks(generation, include_usage))
+    return await _unless_disconnected(request, chat_completion(generation))
+
+
+@router.post("/v1/completions", response_model=None)
+async def completions(
+    body: CompletionRequest, request: Request
+) -> dict[str, Any] | StreamingResponse:
+    """OpenAI text completions, streamed or whole."""
+    model = model_for(request, body.model)
+    generation = await asyncio.to_thread(
+        prepare_completion, model, body, request.app.state.n_predict
+    )
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return await event_stream(completion_chunks(generation, include_usage))
+    return await _unless_disconnected(request, completion(generation))

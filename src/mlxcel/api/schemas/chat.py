@@ -1,0 +1,55 @@
+"""POST /v1/chat/completions request body."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from mlxcel.api.schemas.common import SamplingFields, Strict
+
+
+class TextPart(Strict):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(Strict):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        """The message's content as one string."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=0)
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+
+    def unsupported(self) -> str | None:
+        """The first field set to something this server does not do yet."""
+        if self.tools:
+            return "tools"
+        if self.tool_choice not in (None, "none"):
+            return "tool_choice"
+        if self.parallel_tool_calls:
+            return "parallel_tool_calls"
+        if self.response_format and self.response_format.get("type") != "text":
+            return "response_format"
+        return super().unsupported()
+
+    def token_limit(self) -> int | None:
+        """max_completion_tokens, else the older max_tokens."""
+        if self.max_completion_tokens is not None:
+            return self.max_completion_tokens
+        return self.max_tokens

@@ -1,0 +1,164 @@
+"""A GGUF model on llama.cpp, stepping several sequences in one llama_decode."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+
+from mlxcel.backends.llamacpp import native
+from mlxcel.engine.types import ChatTemplate, Feed, SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LlamaCppOptions:
+    """How to load a GGUF model."""
+
+    ctx_size: int
+    threads: int
+    parallel: int
+    batch_size: int
+    verbose: bool = False
+
+
+class LlamaCppGenerator:
+    """TextGenerator over llama-cpp-python's low-level API; one KV sequence per slot."""
+
+    def __init__(self, path: Path, options: LlamaCppOptions) -> None:
+        native.route_native_logs(options.verbose)
+        llama_cpp.llama_backend_init()
+        model = llama_cpp.llama_model_load_from_file(
+            str(path).encode(), llama_cpp.llama_model_default_params()
+        )
+        if model is None:
+            raise ValueError(f"llama.cpp could not load {path}: not a valid GGUF model?")
+        self._model = model
+        self._vocab = llama_cpp.llama_model_get_vocab(model)
+        self._ctx = self._new_context(options)
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._n_slots = options.parallel
+        self._max_feed = llama_cpp.llama_n_batch(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(self._max_feed, 0, 1)
+        self._samplers: dict[int, Any] = {}
+        self._n_past = [0] * options.parallel
+        self._pieces: dict[int, bytes] = {}
+        self._chat_template = self._read_chat_template()
+
+    def _new_context(self, options: LlamaCppOptions) -> Any:
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = options.ctx_size
+        params.n_batch = options.batch_size
+        params.n_ubatch = options.batch_size
+        params.n_seq_max = options.parallel
+        params.n_threads = options.threads
+        params.n_threads_batch = options.threads
+        params.no_perf = True
+        ctx = llama_cpp.llama_init_from_model(self._model, params)
+        if ctx is None:
+            llama_cpp.llama_model_free(self._model)
+            raise ValueError("llama.cpp could not create a context (context size too large?)")
+        return ctx
+
+    def _read_chat_template(self) -> ChatTemplate | None:
+        source = native.metadata_string(self._model, "tokenizer.chat_template")
+        if source is None:
+            return None
+        bos = llama_cpp.llama_vocab_bos(self._vocab)
+        eos = llama_cpp.llama_vocab_eos(self._vocab)
+        return ChatTemplate(
+            source=source,
+            bos_token=native.token_piece(self._vocab, bos, special=True).decode(errors="replace"),
+            eos_token=native.token_piece(self._vocab, eos, special=True).decode(errors="replace"),
+        )
+
+    @property
+    def n_ctx_seq(self) -> int:
+        return int(llama_cpp.llama_n_ctx_seq(self._ctx))
+
+    @property
+    def n_slots(self) -> int:
+        return self._n_slots
+
+    @property
+    def max_feed_tokens(self) -> int:
+        return self._max_feed
+
+    @property
+    def chat_template(self) -> ChatTemplate | None:
+        return self._chat_template
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        return native.tokenize(
+            self._vocab, text.encode(), add_special=add_special, parse_special=parse_special
+        )
+
+    def token_bytes(self, token: int) -> bytes:
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = native.token_piece(self._vocab, token, special=False)
+            self._pieces[token] = piece
+        return piece
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def open_slot(self, slot: int, params: SamplingParams) -> None:
+        self.close_slot(slot)
+        self._samplers[slot] = native.build_sampler(self._vocab, params)
+
+    def close_slot(self, slot: int) -> None:
+        llama_cpp.llama_memory_seq_rm(self._memory, slot, -1, -1)
+        self._n_past[slot] = 0
+        sampler = self._samplers.pop(slot, None)
+        if sampler is not None:
+            llama_cpp.llama_sampler_free(sampler)
+
+    def step(self, feeds: Sequence[Feed]) -> list[int | None]:
+        batch = self._batch
+        n = 0
+        outputs: list[int | None] = []
+        for feed in feeds:
+            start = self._n_past[feed.slot]
+            for i, token in enumerate(feed.tokens):
+                batch.token[n] = token
+                batch.pos[n] = start + i
+                batch.n_seq_id[n] = 1
+                batch.seq_id[n][0] = feed.slot
+                batch.logits[n] = feed.sample and i == len(feed.tokens) - 1
+                n += 1
+            self._n_past[feed.slot] = start + len(feed.tokens)
+            outputs.append(n - 1 if feed.sample else None)
+        batch.n_tokens = n
+        status = llama_cpp.llama_decode(self._ctx, batch)
+        if status != 0:
+            raise RuntimeError(f"llama_decode failed with status {status}")
+        return [
+            None
+            if index is None
+            else int(llama_cpp.llama_sampler_sample(self._samplers[feed.slot], self._ctx, index))
+            for feed, index in zip(feeds, outputs, strict=True)
+        ]
+
+    def warm_up(self) -> None:
+        """Run one token through the model so the first request does not pay for page-in."""
+        bos = llama_cpp.llama_vocab_bos(self._vocab)
+        self.open_slot(0, SamplingParams(max_tokens=1, temperature=0, top_p=1, top_k=0, min_p=0))
+        self.step([Feed(0, (max(bos, 0),), True)])
+        self.close_slot(0)
+
+    def close(self) -> None:
+        for slot in list(self._samplers):
+            self.close_slot(slot)
+        llama_cpp.llama_batch_free(self._batch)
+        llama_cpp.llama_free(self._ctx)
+        llama_cpp.llama_model_free(self._model)

@@ -1,0 +1,184 @@
+"""`mlxcel serve` and `mlxcel-server`: llama-server style flags."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from mlxcel import config as defaults
+from mlxcel.config import ServerConfig
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _serve_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add(
+        "-m",
+        "--model",
+        metavar="PATH",
+        help="GGUF model file (default: the embedded SmolLM2-135M-Instruct)",
+    )
+    add("-a", "--alias", metavar="NAME", help="served model name (default: the file stem)")
+    add("--host", default=defaults.DEFAULT_HOST, help="address to listen on (default: %(default)s)")
+    add(
+        "--port",
+        type=int,
+        default=defaults.DEFAULT_PORT,
+        help="TCP port to listen on (default: %(default)s)",
+    )
+    add(
+        "--socket",
+        metavar="PATH",
+        type=Path,
+        help="listen on this Unix domain socket (mode 0600) instead of TCP",
+    )
+    add(
+        "--api-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help=f"require this API key; repeatable (also ${defaults.API_KEY_ENV}, comma-separated)",
+    )
+    add("--api-key-file", type=Path, metavar="FILE", help="file with one API key per line")
+    add(
+        "-c",
+        "--ctx-size",
+        type=int,
+        default=defaults.DEFAULT_CTX_SIZE,
+        metavar="N",
+        help="context size in tokens, shared by the parallel slots; 0 = the model's own "
+        "(default: %(default)s)",
+    )
+    add(
+        "-n",
+        "--n-predict",
+        type=int,
+        default=defaults.DEFAULT_N_PREDICT,
+        metavar="N",
+        help="max tokens when a request sets none; -1 = until the context is full "
+        "(default: %(default)s)",
+    )
+    add(
+        "-t",
+        "--threads",
+        type=int,
+        default=defaults.default_threads(),
+        metavar="N",
+        help="CPU threads for generation (default: %(default)s, the usable cores)",
+    )
+    add(
+        "-np",
+        "--parallel",
+        type=int,
+        default=defaults.DEFAULT_PARALLEL,
+        metavar="N",
+        help="sequences decoded together (default: %(default)s)",
+    )
+    add(
+        "-b",
+        "--batch-size",
+        type=int,
+        default=defaults.DEFAULT_BATCH_SIZE,
+        metavar="N",
+        help="most prompt tokens evaluated per step (default: %(default)s)",
+    )
+    add(
+        "--queue-size",
+        type=int,
+        default=defaults.DEFAULT_QUEUE_SIZE,
+        metavar="N",
+        help="requests that may wait for a slot before new ones get 503 (default: %(default)s)",
+    )
+    add("--no-warmup", action="store_true", help="skip the warm-up run after loading")
+    add(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default=defaults.DEFAULT_LOG_LEVEL,
+        help="log verbosity (default: %(default)s)",
+    )
+
+
+def _api_keys(args: argparse.Namespace) -> tuple[str, ...]:
+    keys = list(args.api_key)
+    if args.api_key_file is not None:
+        keys += args.api_key_file.read_text().splitlines()
+    keys += os.environ.get(defaults.API_KEY_ENV, "").split(",")
+    return tuple(dict.fromkeys(k.strip() for k in keys if k.strip()))
+
+
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    for name in ("ctx_size", "threads", "parallel", "batch_size", "queue_size"):
+        minimum = 0 if name == "ctx_size" else 1
+        if getattr(args, name) < minimum:
+            parser.error(f"--{name.replace('_', '-')} must be at least {minimum}")
+    if not 0 < args.port < 65536:
+        parser.error("--port must be between 1 and 65535")
+
+
+def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServerConfig:
+    from mlxcel.weights import WeightsError, resolve_model
+
+    _check(parser, args)
+    try:
+        model = resolve_model(args.model)
+        api_keys = _api_keys(args)
+    except (WeightsError, OSError) as exc:
+        parser.exit(2, f"mlxcel serve: error: {exc}\n")
+    return ServerConfig(
+        model=model,
+        alias=args.alias,
+        host=args.host,
+        port=args.port,
+        socket=args.socket,
+        api_keys=api_keys,
+        ctx_size=args.ctx_size,
+        n_predict=args.n_predict,
+        threads=args.threads,
+        parallel=args.parallel,
+        batch_size=args.batch_size,
+        queue_size=args.queue_size,
+        warmup=not args.no_warmup,
+        log_level=args.log_level,
+    )
+
+
+def _run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    config = _config(parser, args)
+    from mlxcel.api.server import serve
+
+    return serve(config)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`mlxcel COMMAND`."""
+    parser = argparse.ArgumentParser(prog="mlxcel", description="Local OpenAI-compatible server")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = commands.add_parser(
+        "serve", help="start the server", description="Start the OpenAI-compatible server."
+    )
+    _serve_arguments(serve)
+    args = parser.parse_args(argv)
+    return _run_server(serve, args)
+
+
+def server_main(argv: Sequence[str] | None = None) -> int:
+    """`mlxcel-server`: the same as `mlxcel serve`."""
+    parser = argparse.ArgumentParser(
+        prog="mlxcel-server", description="Start the OpenAI-compatible server."
+    )
+    _serve_arguments(parser)
+    return _run_server(parser, parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Server configuration: one definition of every setting and its default."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+DEFAULT_CTX_SIZE = 4096
+DEFAULT_N_PREDICT = -1
+DEFAULT_PARALLEL = 1
+DEFAULT_BATCH_SIZE = 512
+DEFAULT_QUEUE_SIZE = 64
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+DEFAULT_LOG_LEVEL = "info"
+API_KEY_ENV = "MLXCEL_API_KEY"
+
+
+def default_threads() -> int:
+    """Threads for llama.cpp: every core this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything `mlxcel serve` was asked to do."""
+
+    model: Path
+    alias: str | None = None
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    socket: Path | None = None
+    api_keys: tuple[str, ...] = ()
+    ctx_size: int = DEFAULT_CTX_SIZE
+    n_predict: int = DEFAULT_N_PREDICT
+    threads: int = field(default_factory=default_threads)
+    parallel: int = DEFAULT_PARALLEL
+    batch_size: int = DEFAULT_BATCH_SIZE
+    queue_size: int = DEFAULT_QUEUE_SIZE
+    warmup: bool = True
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    log_level: str = DEFAULT_LOG_LEVEL
+
+    @property
+    def served_name(self) -> str:
+        """The model id clients see: the alias, else the file stem."""
+        return self.alias or self.model.stem

@@ -1,0 +1,90 @@
+"""Loaded models by served name, and the choice of backend for a model file."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlxcel.config import ServerConfig
+from mlxcel.engine.scheduler import Scheduler
+from mlxcel.engine.types import TextGenerator
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_NAMES = frozenset({"default", ""})
+
+
+class ModelNotFound(LookupError):
+    """No loaded model answers to the requested name."""
+
+
+@dataclass
+class LoadedModel:
+    """A model the server serves: its name, its backend and the thread that owns it."""
+
+    name: str
+    path: Path
+    backend: str
+    generator: TextGenerator
+    scheduler: Scheduler
+
+
+class ModelRegistry:
+    """The models of this server; the first one is what `default` or no model means."""
+
+    def __init__(self) -> None:
+        self._models: dict[str, LoadedModel] = {}
+
+    def add(self, model: LoadedModel) -> None:
+        """Serve `model` under its name."""
+        self._models[model.name] = model
+
+    def all(self) -> list[LoadedModel]:
+        """Every loaded model, first one first."""
+        return list(self._models.values())
+
+    def get(self, name: str | None) -> LoadedModel:
+        """The model for a request's `model` field; None or 'default' means the first."""
+        if name is None or name in DEFAULT_MODEL_NAMES:
+            if not self._models:
+                raise ModelNotFound("no model is loaded")
+            return next(iter(self._models.values()))
+        for model in self._models.values():
+            if name in (model.name, str(model.path), model.path.name):
+                return model
+        raise ModelNotFound(f"the model '{name}' does not exist; see GET /v1/models")
+
+    def close(self) -> None:
+        """Stop every engine thread and free the models."""
+        for model in self._models.values():
+            model.scheduler.stop()
+            model.generator.close()
+        self._models.clear()
+
+
+def load_text_model(config: ServerConfig) -> LoadedModel:
+    """Load the configured model on the backend its format calls for, and start its engine."""
+    from mlxcel.backends.llamacpp import LlamaCppGenerator, LlamaCppOptions
+
+    options = LlamaCppOptions(
+        ctx_size=config.ctx_size,
+        threads=config.threads,
+        parallel=config.parallel,
+        batch_size=config.batch_size,
+        verbose=config.log_level.lower() == "debug",
+    )
+    logger.info("loading %s with llama.cpp (%d threads)", config.model, config.threads)
+    generator = LlamaCppGenerator(config.model, options)
+    if config.warmup:
+        generator.warm_up()
+    scheduler = Scheduler(generator, queue_size=config.queue_size, name=config.served_name)
+    scheduler.start()
+    logger.info(
+        "serving %s as '%s' (context %d per sequence, %d parallel)",
+        config.model.name,
+        config.served_name,
+        generator.n_ctx_seq,
+        generator.n_slots,
+    )
+    return LoadedModel(config.served_name, config.model, "llama.cpp", generator, scheduler)

@@ -1,0 +1,36 @@
+"""Shared fixtures: the real server on the embedded default model, over TCP and a socket."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.server_process import ServerProcess
+
+
+def start(tmp: Path, *args: str, **kwargs: object) -> ServerProcess:
+    """Start a server, logging to a file under `tmp`, and wait until it is ready."""
+    server = ServerProcess(*args, log_path=tmp / "server.log", **kwargs)  # type: ignore[arg-type]
+    try:
+        server.wait_ready()
+    except Exception:
+        server.stop()
+        raise
+    return server
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """`mlxcel serve` on the default model over TCP."""
+    proc = start(tmp_path_factory.mktemp("tcp"), "--ctx-size", "2048")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def client(server: ServerProcess) -> openai.OpenAI:
+    """The official OpenAI client pointed at the TCP server."""
+    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)

@@ -1,0 +1,121 @@
+"""Every failure answers in one envelope with the right status, and the server keeps serving."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.server_process import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+HELLO = [{"role": "user", "content": "hi"}]
+
+
+def assert_envelope(response: httpx.Response, status: int, type_: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == type_
+    assert error["message"]
+    assert "Traceback" not in response.text
+    return dict(error)
+
+
+@pytest.fixture
+def http(server: ServerProcess) -> httpx.Client:
+    return server.http()
+
+
+def test_malformed_json(http: httpx.Client) -> None:
+    response = http.post(
+        "/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert_envelope(response, 400, "invalid_request_error")
+
+
+def test_schema_violation_names_the_field(http: httpx.Client) -> None:
+    response = http.post("/v1/chat/completions", json={"messages": HELLO, "temperature": "hot"})
+    assert assert_envelope(response, 400, "invalid_request_error")["param"] == "temperature"
+    response = http.post("/v1/chat/completions", json={"messages": []})
+    assert assert_envelope(response, 400, "invalid_request_error")["param"] == "messages"
+    response = http.post("/v1/completions", json={})
+    assert assert_envelope(response, 400, "invalid_request_error")["param"] == "prompt"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("n", 2),
+        ("logprobs", True),
+        ("top_logprobs", 2),
+        ("logit_bias", {"1": 5}),
+        ("tools", [{"type": "function", "function": {"name": "f"}}]),
+        ("tool_choice", "required"),
+        ("response_format", {"type": "json_object"}),
+        ("made_up_field", 1),
+    ],
+)
+def test_unimplemented_fields_get_400_naming_them(
+    http: httpx.Client, field: str, value: object
+) -> None:
+    response = http.post("/v1/chat/completions", json={"messages": HELLO, field: value})
+    error = assert_envelope(response, 400, "invalid_request_error")
+    assert error["param"] == field
+    assert field in error["message"]
+
+
+def test_completions_reject_echo(http: httpx.Client) -> None:
+    response = http.post("/v1/completions", json={"prompt": "x", "echo": True})
+    assert assert_envelope(response, 400, "invalid_request_error")["param"] == "echo"
+
+
+def test_unknown_model_is_404(client: openai.OpenAI, http: httpx.Client) -> None:
+    response = http.post("/v1/chat/completions", json={"model": "gpt-9", "messages": HELLO})
+    assert assert_envelope(response, 404, "invalid_request_error")["code"] == "model_not_found"
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="gpt-9", messages=HELLO)  # type: ignore[arg-type]
+
+
+def test_omitted_model_means_the_loaded_one(http: httpx.Client) -> None:
+    response = http.post("/v1/chat/completions", json={"messages": HELLO, "max_tokens": 2})
+    assert response.status_code == 200
+    model_id = http.get("/v1/models").json()["data"][0]["id"]
+    assert response.json()["model"] == model_id
+    named = http.post("/v1/completions", json={"model": model_id, "prompt": "a", "max_tokens": 1})
+    assert named.status_code == 200
+
+
+def test_prompt_longer_than_context(http: httpx.Client) -> None:
+    long_prompt = "word " * 5000
+    response = http.post("/v1/completions", json={"prompt": long_prompt, "max_tokens": 1})
+    error = assert_envelope(response, 400, "invalid_request_error")
+    assert error["code"] == "context_length_exceeded"
+    response = http.post(
+        "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": long_prompt}], "stream": True},
+    )
+    assert assert_envelope(response, 400, "invalid_request_error")["code"] == (
+        "context_length_exceeded"
+    )
+
+
+def test_body_too_large(http: httpx.Client) -> None:
+    big = b'{"prompt": "' + b"a" * (33 * 1024 * 1024) + b'"}'
+    response = http.post(
+        "/v1/completions", content=big, headers={"content-type": "application/json"}
+    )
+    assert_envelope(response, 413, "invalid_request_error")
+
+
+def test_unknown_route_and_method(http: httpx.Client) -> None:
+    assert_envelope(http.get("/v1/nothing-here"), 404, "invalid_request_error")
+    assert_envelope(http.get("/v1/chat/completions"), 405, "invalid_request_error")
+
+
+def test_server_still_serves_after_errors(client: openai.OpenAI) -> None:
+    response = client.chat.completions.create(model="default", messages=HELLO, max_tokens=3)
+    assert response.choices[0].message.content is not None
