@@ -149,3 +149,31 @@ def test_top_p_is_accepted_and_deterministic_with_seed(client: openai.OpenAI) ->
         return response.choices[0].message.content or ""
 
     assert sample() == sample()
+
+
+def test_server_knobs_in_extra_body(client: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": "Tell me a story."}]
+    greedy = client.chat.completions.create(
+        model="default", messages=messages, max_tokens=20, temperature=0
+    )
+    for knob in ({"top_k": 1}, {"min_p": 1.0}):
+        hot = client.chat.completions.create(
+            model="default", messages=messages, max_tokens=20, temperature=1.5, extra_body=knob
+        )
+        assert hot.choices[0].message.content == greedy.choices[0].message.content, knob
+
+
+def test_repeat_penalty_breaks_repetition(client: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": "Repeat the word 'apple' fifty times."}]
+    plain = client.chat.completions.create(
+        model="default", messages=messages, max_tokens=40, temperature=0
+    )
+    for name in ("repeat_penalty", "repetition_penalty"):
+        penalised = client.chat.completions.create(
+            model="default",
+            messages=messages,
+            max_tokens=40,
+            temperature=0,
+            extra_body={name: 1.8, "repeat_last_n": -1},
+        )
+        assert penalised.choices[0].message.content != plain.choices[0].message.content

@@ -71,7 +71,9 @@ def prepare(
             "messages",
             "context_length_exceeded",
         )
-    params = sampling_params(request, token_limit, n_predict=n_predict, room=n_ctx - len(prompt))
+    params = sampling_params(
+        request, token_limit, n_predict=n_predict, room=n_ctx - len(prompt), n_ctx=n_ctx
+    )
     if request.user:
         logger.info("[%s] user=%s", request_id, request.user)
     return Generation(model, request_id, prompt, params)

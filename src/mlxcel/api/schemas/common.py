@@ -31,6 +31,12 @@ class SamplingFields(Strict):
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     user: str | None = None
+    # llama-server's sampling knobs, sent by OpenAI clients through extra_body.
+    top_k: int | None = Field(default=None, ge=0)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    repeat_penalty: float | None = Field(default=None, gt=0.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0)
+    repeat_last_n: int | None = Field(default=None, ge=-1)
     # Fields the OpenAI API defines that later work will implement: accepted by the
     # schema only so that a request using them gets a 400 that names them.
     n: int | None = None

@@ -1,0 +1,47 @@
+"""mlxcel: a local OpenAI-compatible inference server and its Python client."""
+
+from typing import TYPE_CHECKING, Any
+
+from mlxcel.errors import (
+    APIConnectionError,
+    APIError,
+    APIStatusError,
+    AuthenticationError,
+    BadRequestError,
+    MlxcelError,
+    NotFoundError,
+    ServerError,
+    ServerLaunchError,
+    ServerStartupError,
+    ServerTimeoutError,
+)
+
+if TYPE_CHECKING:
+    from mlxcel.client import LLM, AsyncLLM
+
+__all__ = [
+    "LLM",
+    "APIConnectionError",
+    "APIError",
+    "APIStatusError",
+    "AsyncLLM",
+    "AuthenticationError",
+    "BadRequestError",
+    "MlxcelError",
+    "NotFoundError",
+    "ServerError",
+    "ServerLaunchError",
+    "ServerStartupError",
+    "ServerTimeoutError",
+]
+
+_CLIENT_NAMES = frozenset({"LLM", "AsyncLLM"})
+
+
+def __getattr__(name: str) -> Any:
+    # The client imports openai (most of a second); the server imports this package too.
+    if name in _CLIENT_NAMES:
+        from mlxcel import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
