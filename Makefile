@@ -16,14 +16,14 @@ serve: $(SERVER_STAMP)
 	$(BIN)/mlxcel serve --host $(HOST) --port $(PORT) $(ARGS)
 
 test: $(TEST_STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
 	$(BIN)/mypy src/mlxcel
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: $(TEST_STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
 	$(BIN)/mypy src/mlxcel
 
 install: $(SERVER_STAMP)
