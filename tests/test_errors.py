@@ -49,10 +49,6 @@ def test_schema_violation_names_the_field(http: httpx.Client) -> None:
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("n", 2),
-        ("logprobs", True),
-        ("top_logprobs", 2),
-        ("logit_bias", {"1": 5}),
         ("tools", [{"type": "function", "function": {"name": "f"}}]),
         ("tool_choice", "required"),
         ("response_format", {"type": "json_object"}),
@@ -68,9 +64,42 @@ def test_unimplemented_fields_get_400_naming_them(
     assert field in error["message"]
 
 
-def test_completions_reject_echo(http: httpx.Client) -> None:
-    response = http.post("/v1/completions", json={"prompt": "x", "echo": True})
-    assert assert_envelope(response, 400, "invalid_request_error")["param"] == "echo"
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"prompt": "x", "echo": True, "logprobs": 1}, "echo"),
+        ({"prompt": "x", "suffix": "y"}, "suffix"),
+        ({"prompt": "x", "best_of": 3}, "best_of"),
+        ({"prompt": "x", "n": 0}, "n"),
+        ({"prompt": "x", "logit_bias": {"5": 101}}, "logit_bias"),
+        ({"prompt": "x", "logit_bias": {"abc": 1}}, "logit_bias.abc.[key]"),
+        ({"prompt": "x", "logprobs": 21}, "logprobs"),
+    ],
+)
+def test_completions_reject_bad_fields(
+    http: httpx.Client, body: dict[str, Any], param: str
+) -> None:
+    response = http.post("/v1/completions", json=body)
+    assert assert_envelope(response, 400, "invalid_request_error")["param"] == param
+
+
+def test_chat_rejects_inconsistent_fields(http: httpx.Client) -> None:
+    for body, param in (
+        ({"messages": HELLO, "top_logprobs": 2}, "top_logprobs"),
+        ({"messages": HELLO, "continue_final_message": True}, "continue_final_message"),
+    ):
+        response = http.post("/v1/chat/completions", json=body)
+        assert assert_envelope(response, 400, "invalid_request_error")["param"] == param
+
+
+def test_token_ids_outside_the_vocabulary(http: httpx.Client) -> None:
+    for body in (
+        {"prompt": [1, 2, 10_000_000]},
+        {"prompt": "x", "logit_bias": {"10000000": 5}},
+        {"prompt": "x", "stop_token_ids": [-1]},
+    ):
+        response = http.post("/v1/completions", json=body)
+        assert_envelope(response, 400, "invalid_request_error")
 
 
 def test_unknown_model_is_404(client: openai.OpenAI, http: httpx.Client) -> None:
@@ -119,3 +148,12 @@ def test_unknown_route_and_method(http: httpx.Client) -> None:
 def test_server_still_serves_after_errors(client: openai.OpenAI) -> None:
     response = client.chat.completions.create(model="default", messages=HELLO, max_tokens=3)
     assert response.choices[0].message.content is not None
+
+
+def test_form_encoded_json_is_read_as_json(http: httpx.Client) -> None:
+    body = b'{"prompt": "Hello", "max_tokens": 2}'
+    for content_type in ("application/x-www-form-urlencoded", "text/plain"):
+        response = http.post(
+            "/v1/completions", content=body, headers={"content-type": content_type}
+        )
+        assert response.status_code == 200, response.text

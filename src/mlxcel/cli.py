@@ -94,6 +94,36 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="requests that may wait for a slot before new ones get 503 (default: %(default)s)",
     )
+    add(
+        "--temp",
+        type=float,
+        metavar="T",
+        help="temperature when a request sets none (default: the model's, else 0.8)",
+    )
+    add(
+        "--top-p",
+        type=float,
+        metavar="P",
+        help="top_p when a request sets none (default: the model's, else 0.95)",
+    )
+    add(
+        "--top-k",
+        type=int,
+        metavar="K",
+        help="top_k when a request sets none; 0 disables (default: the model's, else 40)",
+    )
+    add(
+        "--min-p",
+        type=float,
+        metavar="P",
+        help="min_p when a request sets none (default: the model's, else 0.05)",
+    )
+    add(
+        "--repeat-penalty",
+        type=float,
+        metavar="X",
+        help="repeat penalty when a request sets none (default: the model's, else 1.0)",
+    )
     add("--no-warmup", action="store_true", help="skip the warm-up run after loading")
     add(
         "--log-level",
@@ -144,6 +174,11 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         queue_size=args.queue_size,
         warmup=not args.no_warmup,
         log_level=args.log_level,
+        temperature=args.temp,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        min_p=args.min_p,
+        repeat_penalty=args.repeat_penalty,
     )
 
 

@@ -45,6 +45,21 @@ class ServerConfig:
     warmup: bool = True
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     log_level: str = DEFAULT_LOG_LEVEL
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repeat_penalty: float | None = None
+
+    def sampling_flags(self) -> dict[str, float | None]:
+        """The sampling defaults set on the command line (None: not set)."""
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "min_p": self.min_p,
+            "repeat_penalty": self.repeat_penalty,
+        }
 
     @property
     def served_name(self) -> str:

@@ -7,8 +7,8 @@ import time
 from fastapi import FastAPI
 
 from mlxcel.api.errors import install_error_handlers
-from mlxcel.api.limits import BodySizeLimit
-from mlxcel.api.routes import health, text
+from mlxcel.api.limits import BodySizeLimit, JsonByDefault
+from mlxcel.api.routes import health, native, responses, text
 from mlxcel.config import ServerConfig
 
 
@@ -24,5 +24,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(health.public)
     app.include_router(health.router)
     app.include_router(text.router)
+    app.include_router(native.router)
+    app.include_router(responses.router)
+    app.add_middleware(JsonByDefault)
     app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes)
     return app

@@ -71,3 +71,24 @@ class BodySizeLimit:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+class JsonByDefault:
+    """ASGI middleware: read a POST body as JSON unless it says it is something else.
+
+    llama-server does, and `curl -d '{...}'` (form-encoded by default) is how people try a
+    local server first; multipart uploads keep their own type.
+    """
+
+    _GUESSED = (b"", b"application/x-www-form-urlencoded", b"text/plain")
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+            given = dict(scope["headers"]).get(b"content-type", b"").split(b";")[0].strip()
+            if given in self._GUESSED:
+                scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlxcel.config import ServerConfig
+from mlxcel.engine.sampling import SamplingDefaults, model_defaults
 from mlxcel.engine.scheduler import Scheduler
 from mlxcel.engine.types import TextGenerator
 
@@ -28,6 +29,7 @@ class LoadedModel:
     backend: str
     generator: TextGenerator
     scheduler: Scheduler
+    defaults: SamplingDefaults
 
 
 class ModelRegistry:
@@ -87,4 +89,8 @@ def load_text_model(config: ServerConfig) -> LoadedModel:
         generator.n_ctx_seq,
         generator.n_slots,
     )
-    return LoadedModel(config.served_name, config.model, "llama.cpp", generator, scheduler)
+    defaults = model_defaults(config.sampling_flags(), generator.generation_config)
+    logger.info("sampling defaults: %s", defaults)
+    return LoadedModel(
+        config.served_name, config.model, "llama.cpp", generator, scheduler, defaults
+    )

@@ -11,7 +11,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from mlxcel.engine.text import IncrementalText, StopMatcher
-from mlxcel.engine.types import EngineError, Feed, SamplingParams, TextGenerator, TokenEvent
+from mlxcel.engine.types import (
+    EngineError,
+    Feed,
+    Sample,
+    SamplingParams,
+    TextGenerator,
+    TokenEvent,
+    TokenLogprob,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -66,9 +74,16 @@ class _Running:
     last_token: int = -1
     text: IncrementalText = field(default_factory=IncrementalText)
     stops: StopMatcher = field(init=False)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.stops = StopMatcher(self.job.params.stop)
+        params = self.job.params
+        self.stops = StopMatcher(params.stop, include_stop=params.include_stop_str)
+
+    def take_logprobs(self) -> tuple[TokenLogprob, ...]:
+        """Log-probabilities gathered since the last event."""
+        taken, self.logprobs = tuple(self.logprobs), []
+        return taken
 
     @property
     def prefilling(self) -> bool:
@@ -156,37 +171,47 @@ class Scheduler:
     def _step(self) -> None:
         feeds = self._feeds()
         try:
-            tokens = self._generator.step(feeds)
+            samples = self._generator.step(feeds)
         except Exception as exc:
             logger.exception("engine step failed")
             for running in list(self._running):
                 self._finish(running, "", error=EngineError(f"generation failed: {exc}"))
             return
         by_slot = {r.slot: r for r in self._running}
-        for feed, token in zip(feeds, tokens, strict=True):
+        for feed, sample in zip(feeds, samples, strict=True):
             running = by_slot[feed.slot]
             running.fed += len(feed.tokens) if running.prefilling else 0
-            if token is not None:
-                self._on_token(running, token)
+            if sample is not None:
+                self._on_token(running, sample)
 
-    def _on_token(self, running: _Running, token: int) -> None:
+    def _on_token(self, running: _Running, sample: Sample) -> None:
         generator = self._generator
-        if generator.is_end_of_generation(token):
-            self._finish(running, running.text.flush() + running.stops.flush(), "stop")
+        params = running.job.params
+        token = sample.token
+        if token in params.stop_token_ids or (
+            generator.is_end_of_generation(token) and not params.ignore_eos
+        ):
+            reason = "token" if token in params.stop_token_ids else "eos"
+            running.generated += 1
+            tail = running.text.flush() + running.stops.flush()
+            self._finish(running, tail, "stop", stop_reason=reason)
             return
         running.generated += 1
         running.last_token = token
-        text, stopped = running.stops.push(running.text.push(generator.token_bytes(token)))
-        params = running.job.params
+        piece = generator.token_bytes(token)
+        if sample.logprob is not None:
+            top = tuple((t, generator.token_bytes(t), lp) for t, lp in sample.top)
+            running.logprobs.append(TokenLogprob(token, piece, sample.logprob, top))
+        text, stopped = running.stops.push(running.text.push(piece))
         if stopped:
-            self._finish(running, text, "stop")
+            self._finish(running, text, "stop", stop_reason="word")
         elif running.generated >= params.max_tokens or (
             len(running.job.prompt) + running.generated >= generator.n_ctx_seq
         ):
             tail = running.stops.push(running.text.flush())[0] + running.stops.flush()
-            self._finish(running, text + tail, "length")
+            self._finish(running, text + tail, "length", stop_reason="limit")
         elif text:
-            running.job.handle.deliver(TokenEvent(text, (token,)))
+            running.job.handle.deliver(TokenEvent(text, (token,), logprobs=running.take_logprobs()))
 
     def _finish(
         self,
@@ -194,6 +219,7 @@ class Scheduler:
         text: str,
         reason: str | None = None,
         error: EngineError | None = None,
+        stop_reason: str | None = None,
     ) -> None:
         running.job.handle.deliver(
             TokenEvent(
@@ -203,6 +229,9 @@ class Scheduler:
                 prompt_tokens=len(running.job.prompt),
                 completion_tokens=running.generated,
                 error=error,
+                logprobs=running.take_logprobs(),
+                stop_reason=stop_reason,
+                stop_word=running.stops.matched if stop_reason == "word" else None,
             )
         )
         self._release(running)

@@ -23,19 +23,22 @@ class IncrementalText:
 class StopMatcher:
     """Finds stop strings in streamed text without emitting a stop string's beginning early."""
 
-    def __init__(self, stops: tuple[str, ...]) -> None:
+    def __init__(self, stops: tuple[str, ...], *, include_stop: bool = False) -> None:
         self._stops = tuple(s for s in stops if s)
+        self._include = include_stop
         self._held = ""
+        self.matched: str | None = None
 
     def push(self, text: str) -> tuple[str, bool]:
-        """Text safe to emit now, and whether a stop string was reached."""
+        """Text safe to emit now, and whether a stop string was reached (see `matched`)."""
         if not self._stops:
             return text, False
         buffer = self._held + text
-        hits = [i for i in (buffer.find(s) for s in self._stops) if i >= 0]
+        hits = [(i, s) for s in self._stops if (i := buffer.find(s)) >= 0]
         if hits:
             self._held = ""
-            return buffer[: min(hits)], True
+            at, self.matched = min(hits)
+            return buffer[: at + len(self.matched) if self._include else at], True
         keep = self._partial_suffix(buffer)
         self._held = buffer[len(buffer) - keep :] if keep else ""
         return buffer[: len(buffer) - keep], False

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+DRY_BREAKERS = ("\n", ":", '"', "*")
 
 
 @dataclass(frozen=True)
@@ -17,11 +19,35 @@ class SamplingParams:
     top_k: int
     min_p: float
     seed: int | None = None
+    typical_p: float = 1.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repeat_penalty: float = 1.0
     repeat_last_n: int = 64
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = -1
+    dry_sequence_breakers: tuple[str, ...] = DRY_BREAKERS
+    xtc_probability: float = 0.0
+    xtc_threshold: float = 0.1
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    min_tokens: int = 0
+    ignore_eos: bool = False
     stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    include_stop_str: bool = False
+    logprobs: int | None = None
+    """None: no log-probabilities; k >= 0: the sampled token's and the k most likely."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A sampled token, with its log-probability and the top alternatives when asked for."""
+
+    token: int
+    logprob: float | None = None
+    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,6 +77,11 @@ class TextGenerator(Protocol):
         ...
 
     @property
+    def n_vocab(self) -> int:
+        """Tokens in the vocabulary."""
+        ...
+
+    @property
     def n_slots(self) -> int:
         """Sequences that can decode together."""
         ...
@@ -66,6 +97,11 @@ class TextGenerator(Protocol):
         ...
 
     @property
+    def generation_config(self) -> Mapping[str, float]:
+        """Sampling defaults the model ships (temperature, top_p, top_k, min_p, ...)."""
+        ...
+
+    @property
     def add_bos(self) -> bool:
         """Whether the model's tokenizer wants a BOS token in front of a prompt."""
         ...
@@ -74,8 +110,8 @@ class TextGenerator(Protocol):
         """Token ids for `text`."""
         ...
 
-    def token_bytes(self, token: int) -> bytes:
-        """The bytes one token stands for (empty for control tokens)."""
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        """The bytes one token stands for; control tokens are empty unless `special`."""
         ...
 
     def is_end_of_generation(self, token: int) -> bool:
@@ -90,8 +126,8 @@ class TextGenerator(Protocol):
         """Free a slot's KV state and sampler."""
         ...
 
-    def step(self, feeds: Sequence[Feed]) -> list[int | None]:
-        """Evaluate every feed in one forward pass; a sampled token per feed that asked for one."""
+    def step(self, feeds: Sequence[Feed]) -> list[Sample | None]:
+        """Evaluate every feed in one forward pass; a sample per feed that asked for one."""
         ...
 
     def close(self) -> None:
@@ -108,8 +144,22 @@ class EngineError(Exception):
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log-probability, with its bytes and the top alternatives'."""
+
+    token: int
+    piece: bytes
+    logprob: float
+    top: tuple[tuple[int, bytes, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class TokenEvent:
-    """What the engine sends back for a request: new text, and at the end why it stopped."""
+    """What the engine sends back for a request: new text, and at the end why it stopped.
+
+    `stop_reason` refines a finish: "eos", "word" (a stop string, in `stop_word`), "token"
+    (a stop token id) or "limit".
+    """
 
     text: str
     token_ids: tuple[int, ...]
@@ -117,3 +167,6 @@ class TokenEvent:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: EngineError | None = None
+    logprobs: tuple[TokenLogprob, ...] = ()
+    stop_reason: str | None = None
+    stop_word: str | None = None

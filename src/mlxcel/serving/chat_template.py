@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import date
 from functools import lru_cache
 from typing import Any
@@ -44,16 +45,19 @@ def render_chat(
     messages: list[dict[str, Any]],
     *,
     add_generation_prompt: bool = True,
+    extra: Mapping[str, Any] | None = None,
 ) -> str:
-    """The prompt for `messages`; a template that rejects them is the client's 400."""
+    """The prompt for `messages`; `extra` (chat_template_kwargs) reaches the template too."""
     source = template.source if template else CHATML
     try:
-        return _compile(source).render(
-            messages=messages,
-            add_generation_prompt=add_generation_prompt,
-            bos_token=template.bos_token if template else "",
-            eos_token=template.eos_token if template else "",
-        )
+        context = {
+            **(extra or {}),
+            "messages": messages,
+            "add_generation_prompt": add_generation_prompt,
+            "bos_token": template.bos_token if template else "",
+            "eos_token": template.eos_token if template else "",
+        }
+        return _compile(source).render(context)
     except jinja2.TemplateError as exc:
         raise invalid_request(
             f"the chat template rejected the messages: {exc}", "messages"

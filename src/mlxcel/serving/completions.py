@@ -1,67 +1,118 @@
-"""Text completions: prompt -> engine -> OpenAI text_completion objects."""
+"""Text completions: prompt(s) -> engine -> OpenAI text_completion objects."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from mlxcel.api.schemas.completions import CompletionRequest
 from mlxcel.engine.registry import LoadedModel
+from mlxcel.serving.logprobs import completion_logprobs
 from mlxcel.serving.text import (
     Generation,
-    collect,
-    events,
+    collect_all,
     new_id,
-    prepare,
-    start,
-    usage,
+    prepare_choices,
+    stream_all,
+    total_usage,
     usage_chunk,
 )
 
 
+@dataclass
+class CompletionJob:
+    """A completion request's generations, and the prompt text `echo` repeats."""
+
+    generations: list[Generation]
+    echoes: list[str]
+    wants_logprobs: bool
+
+
 def prepare_completion(
     model: LoadedModel, request: CompletionRequest, n_predict: int
-) -> Generation:
-    """Tokenize the prompt as the GGUF says and resolve sampling."""
+) -> CompletionJob:
+    """Tokenize each prompt as the GGUF says (token-id prompts pass through) and plan choices."""
     generator = model.generator
-    prompt = generator.tokenize(request.prompt, add_special=generator.add_bos, parse_special=True)
-    return prepare(model, new_id("cmpl"), prompt, request, request.token_limit(), n_predict)
+    prompts = [
+        generator.tokenize(p, add_special=generator.add_bos, parse_special=True)
+        if isinstance(p, str)
+        else list(p)
+        for p in request.prompts()
+    ]
+    generations = prepare_choices(
+        model, new_id("cmpl"), prompts, request, request.token_limit(), n_predict
+    )
+    echoes = [""] * len(prompts)
+    if request.echo:
+        echoes = [
+            p
+            if isinstance(p, str)
+            else b"".join(map(generator.token_bytes, p)).decode(errors="replace")
+            for p in request.prompts()
+        ]
+    return CompletionJob(generations, echoes, request.logprobs is not None)
 
 
 def _object(
-    generation: Generation, text: str, finish: str | None, usage_: dict[str, int] | None
+    generation: Generation, choice: dict[str, Any], usage_: dict[str, int] | None = None
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "id": generation.request_id,
         "object": "text_completion",
         "created": generation.created,
         "model": generation.model.name,
-        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+        "choices": [{"index": generation.index, "logprobs": None, **choice}],
     }
     if usage_ is not None:
         body["usage"] = usage_
     return body
 
 
-async def completion(generation: Generation) -> dict[str, Any]:
+async def completion(job: CompletionJob) -> dict[str, Any]:
     """The whole answer as one text_completion object."""
-    outcome = await collect(generation)
-    return _object(
-        generation,
-        outcome.text,
-        outcome.finish_reason,
-        usage(outcome.prompt_tokens, outcome.completion_tokens),
+    outcomes = await collect_all(job.generations)
+    choices = []
+    for generation, outcome in zip(job.generations, outcomes, strict=True):
+        echo = job.echoes[generation.prompt_index]
+        logprobs = completion_logprobs(outcome.logprobs, len(echo)) if job.wants_logprobs else None
+        choices.append(
+            {
+                "index": generation.index,
+                "text": echo + outcome.text,
+                "logprobs": logprobs,
+                "finish_reason": outcome.finish_reason,
+            }
+        )
+    first = job.generations[0]
+    body = _object(
+        first, {}, total_usage(job.generations, sum(o.completion_tokens for o in outcomes))
     )
+    body["choices"] = choices
+    return body
 
 
 async def completion_chunks(
-    generation: Generation, include_usage: bool
+    job: CompletionJob, include_usage: bool
 ) -> AsyncIterator[dict[str, Any]]:
-    """text_completion chunks: text as it comes, then the finish reason."""
-    async for event in events(start(generation)):
-        if event.text:
-            yield _object(generation, event.text, None, None)
+    """text_completion chunks: echo first, then text as it comes, then each finish reason."""
+    offsets = {i: 0 for i in range(len(job.generations))}
+    completion_tokens = 0
+    async for position, event in stream_all(job.generations):
+        generation = job.generations[position]
+        text = event.text
+        if offsets[position] == 0:
+            text = job.echoes[generation.prompt_index] + text
+        logprobs = None
+        if job.wants_logprobs:
+            start = offsets[position] + len(text) - len(event.text)
+            logprobs = completion_logprobs(event.logprobs, start)
+        offsets[position] += len(text)
+        if text or event.logprobs:
+            yield _object(generation, {"text": text, "logprobs": logprobs, "finish_reason": None})
         if event.finish_reason is not None:
-            yield _object(generation, "", event.finish_reason, None)
-            if include_usage:
-                yield usage_chunk(_object(generation, "", None, None), event)
+            completion_tokens += event.completion_tokens
+            yield _object(generation, {"text": "", "finish_reason": event.finish_reason})
+    if include_usage:
+        usage_ = total_usage(job.generations, completion_tokens)
+        yield usage_chunk(_object(job.generations[0], {}), usage_)

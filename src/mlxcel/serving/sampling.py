@@ -1,16 +1,15 @@
-"""Request sampling fields -> SamplingParams; the one place defaults are applied."""
+"""Request sampling fields -> SamplingParams; the one place where defaults are decided.
+
+Order, first that is set wins: the request's field, the server's flag (`--temp`, `--top-p`,
+`--top-k`, `--min-p`, `--repeat-penalty`, `-n`), the model's own generation config, then the
+built-ins below (llama-server's).
+"""
 
 from __future__ import annotations
 
 from mlxcel.api.schemas.common import SamplingFields
-from mlxcel.engine.types import SamplingParams
-
-# llama-server's built-in sampling defaults, used when a request leaves a field out.
-BUILTIN_TEMPERATURE = 0.8
-BUILTIN_TOP_P = 0.95
-BUILTIN_TOP_K = 40
-BUILTIN_MIN_P = 0.05
-BUILTIN_REPEAT_LAST_N = 64
+from mlxcel.engine.sampling import SamplingDefaults
+from mlxcel.engine.types import DRY_BREAKERS, SamplingParams
 
 
 def _pick(value: float | None, default: float) -> float:
@@ -18,26 +17,47 @@ def _pick(value: float | None, default: float) -> float:
 
 
 def sampling_params(
-    request: SamplingFields, token_limit: int | None, *, n_predict: int, room: int, n_ctx: int
+    request: SamplingFields,
+    token_limit: int | None,
+    *,
+    defaults: SamplingDefaults,
+    n_predict: int,
+    room: int,
+    n_ctx: int,
 ) -> SamplingParams:
-    """Sampling for one request: its own fields, then the server's, then built-ins.
+    """Sampling for one request.
 
     `room` is how many tokens fit in the context after the prompt; `n_predict` < 0 means
     the server sets no limit of its own.
     """
     limit = token_limit if token_limit is not None else (n_predict if n_predict >= 0 else room)
     repeat_penalty = request.repeat_penalty or request.repetition_penalty
-    last_n = BUILTIN_REPEAT_LAST_N if request.repeat_last_n is None else request.repeat_last_n
+    last_n = int(_pick(request.repeat_last_n, defaults.repeat_last_n))
+    breakers = request.dry_sequence_breakers
     return SamplingParams(
         max_tokens=max(1, min(limit, room)),
-        temperature=_pick(request.temperature, BUILTIN_TEMPERATURE),
-        top_p=_pick(request.top_p, BUILTIN_TOP_P),
-        top_k=int(_pick(request.top_k, BUILTIN_TOP_K)),
-        min_p=_pick(request.min_p, BUILTIN_MIN_P),
+        temperature=_pick(request.temperature, defaults.temperature),
+        top_p=_pick(request.top_p, defaults.top_p),
+        top_k=int(_pick(request.top_k, defaults.top_k)),
+        min_p=_pick(request.min_p, defaults.min_p),
         seed=request.seed,
+        typical_p=_pick(request.typical_p, 1.0),
         presence_penalty=_pick(request.presence_penalty, 0.0),
         frequency_penalty=_pick(request.frequency_penalty, 0.0),
-        repeat_penalty=_pick(repeat_penalty, 1.0),
+        repeat_penalty=_pick(repeat_penalty, defaults.repeat_penalty),
         repeat_last_n=n_ctx if last_n == -1 else last_n,
+        dry_multiplier=_pick(request.dry_multiplier, 0.0),
+        dry_base=_pick(request.dry_base, 1.75),
+        dry_allowed_length=int(_pick(request.dry_allowed_length, 2)),
+        dry_penalty_last_n=int(_pick(request.dry_penalty_last_n, -1)),
+        dry_sequence_breakers=DRY_BREAKERS if breakers is None else tuple(breakers),
+        xtc_probability=_pick(request.xtc_probability, 0.0),
+        xtc_threshold=_pick(request.xtc_threshold, 0.1),
+        logit_bias=tuple((request.logit_bias or {}).items()),
+        min_tokens=request.min_tokens,
+        ignore_eos=request.ignore_eos,
         stop=request.stop_strings(),
+        stop_token_ids=tuple(request.stop_token_ids or ()),
+        include_stop_str=request.include_stop_str_in_output,
+        logprobs=request.top_logprobs_wanted(),
     )

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mlxcel.api.schemas.common import SamplingFields
 from mlxcel.engine.registry import LoadedModel
 from mlxcel.engine.scheduler import RequestHandle
-from mlxcel.engine.types import EngineError, SamplingParams, TokenEvent
+from mlxcel.engine.types import (
+    EngineError,
+    SamplingParams,
+    TextGenerator,
+    TokenEvent,
+    TokenLogprob,
+)
 from mlxcel.serving.errors import APIError, invalid_request
 from mlxcel.serving.sampling import sampling_params
 
@@ -26,13 +33,18 @@ def new_id(prefix: str) -> str:
 
 @dataclass
 class Generation:
-    """One prompt on one model with resolved sampling: what a route asks the engine for."""
+    """One prompt on one model with resolved sampling: what a route asks the engine for.
+
+    `index` is the choice's index in the answer; `prompt_index` which prompt it continues.
+    """
 
     model: LoadedModel
     request_id: str
     prompt: list[int]
     params: SamplingParams
     created: int = field(default_factory=lambda: int(time.time()))
+    index: int = 0
+    prompt_index: int = 0
 
 
 @dataclass
@@ -43,6 +55,19 @@ class Outcome:
     finish_reason: str
     prompt_tokens: int
     completion_tokens: int
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    stop_reason: str | None = None
+    stop_word: str | None = None
+
+
+def check_vocabulary(generator: TextGenerator, tokens: Sequence[int], param: str) -> None:
+    """400 naming `param` unless every id is in the vocabulary (llama.cpp aborts on others)."""
+    n_vocab = generator.n_vocab
+    bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
+    if bad is not None:
+        raise invalid_request(
+            f"token id {bad} is not in the vocabulary (ids run from 0 to {n_vocab - 1})", param
+        )
 
 
 def prepare(
@@ -71,12 +96,44 @@ def prepare(
             "messages",
             "context_length_exceeded",
         )
+    check_vocabulary(model.generator, prompt, "prompt")
+    check_vocabulary(model.generator, request.token_ids_in(), "logit_bias")
     params = sampling_params(
-        request, token_limit, n_predict=n_predict, room=n_ctx - len(prompt), n_ctx=n_ctx
+        request,
+        token_limit,
+        defaults=model.defaults,
+        n_predict=n_predict,
+        room=n_ctx - len(prompt),
+        n_ctx=n_ctx,
     )
     if request.user:
         logger.info("[%s] user=%s", request_id, request.user)
     return Generation(model, request_id, prompt, params)
+
+
+def prepare_choices(
+    model: LoadedModel,
+    request_id: str,
+    prompts: list[list[int]],
+    request: SamplingFields,
+    token_limit: int | None,
+    n_predict: int,
+) -> list[Generation]:
+    """`n` generations per prompt, indexed as OpenAI does; a set seed gives each its own."""
+    generations = []
+    for prompt_index, prompt in enumerate(prompts):
+        base = prepare(model, request_id, prompt, request, token_limit, n_predict)
+        for i in range(request.n):
+            seed = None if base.params.seed is None else base.params.seed + i
+            generations.append(
+                replace(
+                    base,
+                    params=replace(base.params, seed=seed),
+                    index=prompt_index * request.n + i,
+                    prompt_index=prompt_index,
+                )
+            )
+    return generations
 
 
 def _engine_error(error: EngineError) -> APIError:
@@ -111,20 +168,76 @@ async def events(handle: RequestHandle) -> AsyncIterator[TokenEvent]:
 async def collect(generation: Generation) -> Outcome:
     """Run a generation to its end."""
     parts: list[str] = []
+    logprobs: list[TokenLogprob] = []
     async for event in events(start(generation)):
         parts.append(event.text)
+        logprobs.extend(event.logprobs)
         if event.finish_reason is not None:
             logger.info(
-                "[%s] done: %d prompt + %d completion tokens, %s",
+                "[%s] choice %d done: %d prompt + %d completion tokens, %s",
                 generation.request_id,
+                generation.index,
                 event.prompt_tokens,
                 event.completion_tokens,
-                event.finish_reason,
+                event.stop_reason,
             )
             return Outcome(
-                "".join(parts), event.finish_reason, event.prompt_tokens, event.completion_tokens
+                "".join(parts),
+                event.finish_reason,
+                event.prompt_tokens,
+                event.completion_tokens,
+                logprobs,
+                event.stop_reason,
+                event.stop_word,
             )
     raise APIError(500, "generation ended without a finish reason")
+
+
+async def collect_all(generations: list[Generation]) -> list[Outcome]:
+    """Run every choice at once; the engine batches them when it has slots."""
+    return list(await asyncio.gather(*(collect(g) for g in generations)))
+
+
+async def _pump(
+    index: int, handle: RequestHandle, queue: asyncio.Queue[tuple[int, TokenEvent | BaseException]]
+) -> None:
+    try:
+        async for event in events(handle):
+            queue.put_nowait((index, event))
+    except BaseException as exc:
+        queue.put_nowait((index, exc))
+        raise
+
+
+async def stream_all(generations: list[Generation]) -> AsyncIterator[tuple[int, TokenEvent]]:
+    """Every choice's events as they come, tagged with the choice's position in the list."""
+    handles: list[RequestHandle] = []
+    try:
+        for generation in generations:
+            handles.append(start(generation))
+    except APIError:
+        for handle in handles:
+            handle.cancel()
+        raise
+    queue: asyncio.Queue[tuple[int, TokenEvent | BaseException]] = asyncio.Queue()
+    tasks = [asyncio.ensure_future(_pump(i, h, queue)) for i, h in enumerate(handles)]
+    try:
+        running = len(tasks)
+        while running:
+            index, item = await queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield index, item
+            running -= item.finish_reason is not None
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+def total_usage(generations: list[Generation], completion_tokens: int) -> dict[str, int]:
+    """Usage for a whole answer: each prompt counted once, every choice's output summed."""
+    prompts = {g.prompt_index: len(g.prompt) for g in generations}
+    return usage(sum(prompts.values()), completion_tokens)
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
@@ -136,6 +249,6 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
-def usage_chunk(chunk: dict[str, Any], event: TokenEvent) -> dict[str, Any]:
+def usage_chunk(chunk: dict[str, Any], usage_: dict[str, int]) -> dict[str, Any]:
     """A stream's last chunk when the client asked for usage: no choices, just usage."""
-    return {**chunk, "choices": [], "usage": usage(event.prompt_tokens, event.completion_tokens)}
+    return {**chunk, "choices": [], "usage": usage_}

@@ -23,7 +23,7 @@ router = APIRouter(dependencies=[Depends(require_api_key)])
 T = TypeVar("T")
 
 
-async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     """Await `work`, cancelling it (and so its generation) if the client goes away."""
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_wait_for_disconnect(request))
@@ -48,11 +48,11 @@ async def chat_completions(
 ) -> dict[str, Any] | StreamingResponse:
     """OpenAI chat completions, streamed or whole."""
     model = model_for(request, body.model)
-    generation = await asyncio.to_thread(prepare_chat, model, body, request.app.state.n_predict)
+    generations = await asyncio.to_thread(prepare_chat, model, body, request.app.state.n_predict)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return await event_stream(chat_chunks(generation, include_usage))
-    return await _unless_disconnected(request, chat_completion(generation))
+        return await event_stream(chat_chunks(generations, include_usage))
+    return await unless_disconnected(request, chat_completion(generations))
 
 
 @router.post("/v1/completions", response_model=None)
@@ -61,10 +61,8 @@ async def completions(
 ) -> dict[str, Any] | StreamingResponse:
     """OpenAI text completions, streamed or whole."""
     model = model_for(request, body.model)
-    generation = await asyncio.to_thread(
-        prepare_completion, model, body, request.app.state.n_predict
-    )
+    job = await asyncio.to_thread(prepare_completion, model, body, request.app.state.n_predict)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return await event_stream(completion_chunks(generation, include_usage))
-    return await _unless_disconnected(request, completion(generation))
+        return await event_stream(completion_chunks(job, include_usage))
+    return await unless_disconnected(request, completion(job))

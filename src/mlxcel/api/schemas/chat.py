@@ -30,7 +30,12 @@ class ChatMessage(Strict):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(default=None, ge=0)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    chat_template_kwargs: dict[str, Any] | None = None
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
     tools: list[Any] | None = None
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None
@@ -46,7 +51,17 @@ class ChatCompletionRequest(SamplingFields):
             return "parallel_tool_calls"
         if self.response_format and self.response_format.get("type") != "text":
             return "response_format"
-        return super().unsupported()
+        if self.top_logprobs is not None and not self.logprobs:
+            return "top_logprobs"
+        if self.continue_final_message and self.add_generation_prompt:
+            return "continue_final_message"
+        if self.continue_final_message and self.messages[-1].role != "assistant":
+            return "continue_final_message"
+        return None
+
+    def top_logprobs_wanted(self) -> int | None:
+        """None for no log-probabilities, else how many alternatives per token."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def token_limit(self) -> int | None:
         """max_completion_tokens, else the older max_tokens."""

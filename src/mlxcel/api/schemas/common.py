@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Strict(BaseModel):
@@ -18,42 +16,54 @@ class StreamOptions(Strict):
 
 
 class SamplingFields(Strict):
-    """OpenAI sampling fields both text routes honour."""
+    """Sampling fields every text route honours: OpenAI's, then llama-server's knobs."""
 
     model: str | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(default=None, ge=0)
+    max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     stop: str | list[str] | None = Field(default=None)
     seed: int | None = None
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    logit_bias: dict[int, float] | None = None
+    n: int = Field(default=1, ge=1, le=16)
     user: str | None = None
-    # llama-server's sampling knobs, sent by OpenAI clients through extra_body.
+    # llama-server's (and vLLM's) knobs; OpenAI clients send them through extra_body.
     top_k: int | None = Field(default=None, ge=0)
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    typical_p: float | None = Field(default=None, gt=0.0, le=1.0)
     repeat_penalty: float | None = Field(default=None, gt=0.0)
     repetition_penalty: float | None = Field(default=None, gt=0.0)
     repeat_last_n: int | None = Field(default=None, ge=-1)
-    # Fields the OpenAI API defines that later work will implement: accepted by the
-    # schema only so that a request using them gets a 400 that names them.
-    n: int | None = None
-    logprobs: Any = None
-    top_logprobs: int | None = None
-    logit_bias: dict[str, float] | None = None
+    dry_multiplier: float | None = Field(default=None, ge=0.0)
+    dry_base: float | None = Field(default=None, ge=1.0)
+    dry_allowed_length: int | None = Field(default=None, ge=0)
+    dry_penalty_last_n: int | None = Field(default=None, ge=-1)
+    dry_sequence_breakers: list[str] | None = None
+    xtc_probability: float | None = Field(default=None, ge=0.0, le=1.0)
+    xtc_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    min_tokens: int = Field(default=0, ge=0)
+    ignore_eos: bool = False
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_range(cls, value: dict[int, float] | None) -> dict[int, float] | None:
+        for token, bias in (value or {}).items():
+            if not -100 <= bias <= 100:
+                raise ValueError(f"bias for token {token} must be between -100 and 100")
+        return value
 
     def unsupported(self) -> str | None:
-        """The first field set to something this server does not do yet."""
-        if self.n not in (None, 1):
-            return "n"
-        if self.logprobs not in (None, False, 0):
-            return "logprobs"
-        if self.top_logprobs not in (None, 0):
-            return "top_logprobs"
-        if self.logit_bias:
-            return "logit_bias"
+        """The first field set to something this route cannot honour (None: all fine)."""
+        return None
+
+    def top_logprobs_wanted(self) -> int | None:
+        """None for no log-probabilities, else how many alternatives per token."""
         return None
 
     def stop_strings(self) -> tuple[str, ...]:
@@ -61,3 +71,7 @@ class SamplingFields(Strict):
         if self.stop is None:
             return ()
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    def token_ids_in(self) -> list[int]:
+        """Every token id the request names, for checking them against the vocabulary."""
+        return [*(self.logit_bias or {}), *(self.stop_token_ids or [])]

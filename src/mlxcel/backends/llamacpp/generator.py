@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,9 +11,31 @@ from typing import Any
 import llama_cpp
 
 from mlxcel.backends.llamacpp import native
-from mlxcel.engine.types import ChatTemplate, Feed, SamplingParams
+from mlxcel.backends.llamacpp.sampling import build_chain, sample_with_logprobs
+from mlxcel.engine.types import ChatTemplate, Feed, Sample, SamplingParams
 
 logger = logging.getLogger(__name__)
+
+
+# GGUF's recommended sampling (general.sampling.*) under our names.
+_GGUF_SAMPLING_KEYS = {
+    "temp": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "penalty_repeat": "repeat_penalty",
+    "penalty_last_n": "repeat_last_n",
+}
+
+
+@dataclass
+class _Slot:
+    """One sequence's sampler and what it needs to rebuild it."""
+
+    params: SamplingParams
+    chain: Any
+    banned: tuple[int, ...]
+    sampled: list[int]
 
 
 @dataclass(frozen=True)
@@ -45,10 +67,13 @@ class LlamaCppGenerator:
         self._n_slots = options.parallel
         self._max_feed = llama_cpp.llama_n_batch(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self._max_feed, 0, 1)
-        self._samplers: dict[int, Any] = {}
+        self._slots: dict[int, _Slot] = {}
         self._n_past = [0] * options.parallel
         self._pieces: dict[int, bytes] = {}
+        self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
+        self._eog = tuple(t for t in range(self._n_vocab) if self.is_end_of_generation(t))
         self._chat_template = self._read_chat_template()
+        self._generation_config = self._read_generation_config()
 
     def _new_context(self, options: LlamaCppOptions) -> Any:
         params = llama_cpp.llama_context_default_params()
@@ -64,6 +89,17 @@ class LlamaCppGenerator:
             llama_cpp.llama_model_free(self._model)
             raise ValueError("llama.cpp could not create a context (context size too large?)")
         return ctx
+
+    def _read_generation_config(self) -> dict[str, float]:
+        config: dict[str, float] = {}
+        for key, name in _GGUF_SAMPLING_KEYS.items():
+            value = native.metadata_string(self._model, f"general.sampling.{key}")
+            if value is not None:
+                try:
+                    config[name] = float(value)
+                except ValueError:
+                    logger.warning("ignoring GGUF general.sampling.%s=%r", key, value)
+        return config
 
     def _read_chat_template(self) -> ChatTemplate | None:
         source = native.metadata_string(self._model, "tokenizer.chat_template")
@@ -82,6 +118,10 @@ class LlamaCppGenerator:
         return int(llama_cpp.llama_n_ctx_seq(self._ctx))
 
     @property
+    def n_vocab(self) -> int:
+        return self._n_vocab
+
+    @property
     def n_slots(self) -> int:
         return self._n_slots
 
@@ -94,6 +134,10 @@ class LlamaCppGenerator:
         return self._chat_template
 
     @property
+    def generation_config(self) -> Mapping[str, float]:
+        return self._generation_config
+
+    @property
     def add_bos(self) -> bool:
         return bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
 
@@ -102,7 +146,9 @@ class LlamaCppGenerator:
             self._vocab, text.encode(), add_special=add_special, parse_special=parse_special
         )
 
-    def token_bytes(self, token: int) -> bytes:
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        if special:
+            return native.token_piece(self._vocab, token, special=True)
         piece = self._pieces.get(token)
         if piece is None:
             piece = native.token_piece(self._vocab, token, special=False)
@@ -114,16 +160,22 @@ class LlamaCppGenerator:
 
     def open_slot(self, slot: int, params: SamplingParams) -> None:
         self.close_slot(slot)
-        self._samplers[slot] = native.build_sampler(self._vocab, params)
+        banned: tuple[int, ...] = ()
+        if params.ignore_eos:
+            banned = self._eog
+        elif params.min_tokens > 0:
+            banned = self._eog + params.stop_token_ids
+        chain = build_chain(self._vocab, self._n_vocab, self.n_ctx_seq, params, banned)
+        self._slots[slot] = _Slot(params, chain, banned, [])
 
     def close_slot(self, slot: int) -> None:
         llama_cpp.llama_memory_seq_rm(self._memory, slot, -1, -1)
         self._n_past[slot] = 0
-        sampler = self._samplers.pop(slot, None)
-        if sampler is not None:
-            llama_cpp.llama_sampler_free(sampler)
+        state = self._slots.pop(slot, None)
+        if state is not None:
+            llama_cpp.llama_sampler_free(state.chain)
 
-    def step(self, feeds: Sequence[Feed]) -> list[int | None]:
+    def step(self, feeds: Sequence[Feed]) -> list[Sample | None]:
         batch = self._batch
         n = 0
         outputs: list[int | None] = []
@@ -143,11 +195,31 @@ class LlamaCppGenerator:
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status}")
         return [
-            None
-            if index is None
-            else int(llama_cpp.llama_sampler_sample(self._samplers[feed.slot], self._ctx, index))
+            None if index is None else self._sample(feed.slot, index)
             for feed, index in zip(feeds, outputs, strict=True)
         ]
+
+    def _sample(self, slot: int, index: int) -> Sample:
+        state = self._slots[slot]
+        token = int(llama_cpp.llama_sampler_sample(state.chain, self._ctx, index))
+        state.sampled.append(token)
+        if state.banned and not state.params.ignore_eos:
+            self._lift_ban_after_min_tokens(state)
+        top_n = state.params.logprobs
+        if top_n is None:
+            return Sample(token)
+        return sample_with_logprobs(self._ctx, index, self._n_vocab, token, top_n)
+
+    def _lift_ban_after_min_tokens(self, state: _Slot) -> None:
+        """Once min_tokens are out, end-of-generation tokens are allowed again."""
+        if len(state.sampled) < state.params.min_tokens:
+            return
+        llama_cpp.llama_sampler_free(state.chain)
+        state.chain = build_chain(self._vocab, self._n_vocab, self.n_ctx_seq, state.params)
+        state.banned = ()
+        # Penalty and DRY samplers remember what was generated: replay it.
+        for token in state.sampled:
+            llama_cpp.llama_sampler_accept(state.chain, token)
 
     def warm_up(self) -> None:
         """Run one token through the model so the first request does not pay for page-in."""
@@ -157,7 +229,7 @@ class LlamaCppGenerator:
         self.close_slot(0)
 
     def close(self) -> None:
-        for slot in list(self._samplers):
+        for slot in list(self._slots):
             self.close_slot(slot)
         llama_cpp.llama_batch_free(self._batch)
         llama_cpp.llama_free(self._ctx)

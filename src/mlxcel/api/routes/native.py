@@ -1,0 +1,88 @@
+"""llama-server's own routes: /tokenize, /detokenize, /apply-template, /props, /completion,
+and token counting for chat requests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import StreamingResponse
+
+from mlxcel.api.auth import require_api_key
+from mlxcel.api.routes.text import unless_disconnected
+from mlxcel.api.schemas.chat import ChatCompletionRequest
+from mlxcel.api.schemas.native import (
+    ApplyTemplateRequest,
+    DetokenizeRequest,
+    NativeCompletionRequest,
+    TokenizeRequest,
+)
+from mlxcel.api.sse import DONE, event_stream
+from mlxcel.api.state import model_for
+from mlxcel.serving import native
+
+router = APIRouter(dependencies=[Depends(require_api_key)])
+
+
+@router.post("/tokenize")
+async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
+    """Text to token ids, optionally with each token's piece."""
+    model = model_for(request, body.model)
+    return await asyncio.to_thread(native.tokenize, model, body)
+
+
+@router.post("/detokenize")
+async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, str]:
+    """Token ids to text."""
+    model = model_for(request, body.model)
+    return await asyncio.to_thread(native.detokenize, model, body)
+
+
+@router.post("/apply-template")
+async def apply_template(body: ApplyTemplateRequest, request: Request) -> dict[str, str]:
+    """Chat messages to the prompt the model would see, without generating."""
+    model = model_for(request, body.model)
+    return await asyncio.to_thread(native.apply_template, model, body)
+
+
+@router.get("/props")
+async def props(request: Request, model: str | None = None) -> dict[str, Any]:
+    """Server properties and the generation defaults, in llama-server's shape."""
+    return native.props(model_for(request, model), request.app.state.n_predict)
+
+
+@router.post("/v1/chat/completions/input_tokens")
+async def input_tokens(body: ChatCompletionRequest, request: Request) -> dict[str, Any]:
+    """How many prompt tokens a chat request would take."""
+    model = model_for(request, body.model)
+    return await asyncio.to_thread(native.count_input_tokens, model, body)
+
+
+def _without_done(response: StreamingResponse) -> StreamingResponse:
+    """llama-server ends a /completion stream with its final object, not `data: [DONE]`."""
+    frames = response.body_iterator
+
+    async def kept() -> AsyncIterator[str | bytes | memoryview]:
+        async for frame in frames:
+            if frame != DONE:
+                yield frame
+
+    response.body_iterator = kept()
+    return response
+
+
+@router.post("/completion", response_model=None)
+@router.post("/completions", response_model=None)
+async def completion(
+    body: NativeCompletionRequest, request: Request
+) -> dict[str, Any] | StreamingResponse:
+    """llama-server's native completion, streamed or whole."""
+    model = model_for(request, body.model)
+    prepared = await asyncio.to_thread(
+        native.prepare_native, model, body, request.app.state.n_predict
+    )
+    if body.stream:
+        return _without_done(await event_stream(native.native_chunks(prepared)))
+    return await unless_disconnected(request, native.native_completion(prepared))

@@ -1,0 +1,103 @@
+"""POST /v1/responses, and GET/DELETE of stored responses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import StreamingResponse
+
+from mlxcel.api.auth import require_api_key
+from mlxcel.api.routes.text import unless_disconnected
+from mlxcel.api.schemas.responses import ResponsesRequest
+from mlxcel.api.state import model_for
+from mlxcel.serving.errors import APIError
+from mlxcel.serving.response_store import ResponseStore, StoredResponse
+from mlxcel.serving.responses import create_response, prepare_response
+from mlxcel.serving.responses_stream import response_events
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter(dependencies=[Depends(require_api_key)])
+
+
+def _store(request: Request) -> ResponseStore:
+    store: ResponseStore | None = getattr(request.app.state, "response_store", None)
+    if store is None:
+        store = request.app.state.response_store = ResponseStore()
+    return store
+
+
+def _not_found(response_id: str, param: str) -> APIError:
+    return APIError(
+        404,
+        f"no stored response with id '{response_id}' (never stored, expired or deleted)",
+        param=param,
+        code="response_not_found",
+    )
+
+
+def _stored(request: Request, response_id: str, param: str) -> StoredResponse:
+    entry = _store(request).get(response_id)
+    if entry is None:
+        raise _not_found(response_id, param)
+    return entry
+
+
+def _frame(event: dict[str, Any]) -> bytes:
+    data = json.dumps(event, ensure_ascii=False)
+    return f"event: {event['type']}\ndata: {data}\n\n".encode()
+
+
+async def _typed_event_stream(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+    """Typed SSE events; the first comes before the headers, so early errors keep a status."""
+    first = await anext(events)
+
+    async def frames() -> AsyncIterator[bytes]:
+        number = first["sequence_number"]
+        response_id = first.get("response", {}).get("id")
+        yield _frame(first)
+        try:
+            async for event in events:
+                number = event["sequence_number"]
+                yield _frame(event)
+        except Exception:
+            logger.exception("[%s] response stream failed", response_id)
+            error = {"code": "server_error", "message": "internal server error", "param": None}
+            yield _frame({"type": "error", "sequence_number": number + 1, **error})
+
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
+
+
+@router.post("/v1/responses", response_model=None)
+async def create(body: ResponsesRequest, request: Request) -> dict[str, Any] | StreamingResponse:
+    """OpenAI Responses, streamed as typed events or whole."""
+    model = model_for(request, body.model)
+    history: list[dict[str, Any]] = []
+    if body.previous_response_id:
+        history = _stored(request, body.previous_response_id, "previous_response_id").messages
+    run = await asyncio.to_thread(
+        prepare_response, model, body, history, request.app.state.n_predict
+    )
+    if body.stream:
+        return await _typed_event_stream(response_events(run, _store(request)))
+    return await unless_disconnected(request, create_response(run, _store(request)))
+
+
+@router.get("/v1/responses/{response_id}")
+async def retrieve(response_id: str, request: Request) -> dict[str, Any]:
+    """A stored response."""
+    return _stored(request, response_id, "response_id").response
+
+
+@router.delete("/v1/responses/{response_id}")
+async def delete(response_id: str, request: Request) -> dict[str, Any]:
+    """Forget a stored response."""
+    if not _store(request).delete(response_id):
+        raise _not_found(response_id, "response_id")
+    return {"id": response_id, "object": "response", "deleted": True}

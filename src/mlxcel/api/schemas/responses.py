@@ -1,0 +1,140 @@
+"""POST /v1/responses request body, its input items and its tools."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
+
+from mlxcel.api.schemas.common import SamplingFields, Strict
+
+
+class ContentPart(Strict):
+    type: Literal["input_text", "output_text"]
+    text: str
+    # Carried by a response's own output parts, so its items can be sent back as input.
+    annotations: list[Any] | None = None
+    logprobs: list[Any] | None = None
+
+
+def _as_parts(value: Any) -> Any:
+    return [{"type": "input_text", "text": value}] if isinstance(value, str) else value
+
+
+# A string, or text parts; one shape after validation keeps errors naming the real field.
+Content = Annotated[list[ContentPart], BeforeValidator(_as_parts)]
+
+
+def _text(content: list[ContentPart]) -> str:
+    return "".join(part.text for part in content)
+
+
+class MessageItem(Strict):
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: Content
+    id: str | None = None
+    status: str | None = None
+
+    def text(self) -> str:
+        """The message's content as one string."""
+        return _text(self.content)
+
+
+class FunctionCallItem(Strict):
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallOutputItem(Strict):
+    type: Literal["function_call_output"]
+    call_id: str
+    output: Content
+    id: str | None = None
+    status: str | None = None
+
+    def text(self) -> str:
+        """The tool's output as one string."""
+        return _text(self.output)
+
+
+def _item_type(value: Any) -> str:
+    if isinstance(value, dict):
+        return str(value.get("type", "message"))
+    return str(getattr(value, "type", "message"))
+
+
+InputItem = Annotated[
+    Annotated[MessageItem, Tag("message")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")],
+    Discriminator(
+        _item_type,
+        custom_error_type="invalid_input_item",
+        custom_error_message=(
+            "this server takes input items of type message, function_call and function_call_output"
+        ),
+    ),
+]
+
+
+def _as_items(value: Any) -> Any:
+    return [{"role": "user", "content": value}] if isinstance(value, str) else value
+
+
+class FunctionTool(Strict):
+    type: Literal["function"]
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class OtherTool(BaseModel):
+    """A tool of a type this server does not run; kept only to name it in a 400."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str
+
+
+def _tool_type(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return "function" if kind == "function" else "other"
+
+
+Tool = Annotated[
+    Annotated[FunctionTool, Tag("function")] | Annotated[OtherTool, Tag("other")],
+    Discriminator(_tool_type),
+]
+
+
+class TextConfig(Strict):
+    format: dict[str, Any] | None = None
+
+
+class ResponsesRequest(SamplingFields):
+    """The Responses API body; sampling fields and llama-server knobs come from SamplingFields."""
+
+    input: Annotated[list[InputItem], BeforeValidator(_as_items), Field(min_length=1)]
+    instructions: str | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    tools: list[Tool] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    text: TextConfig | None = None
+    store: bool = True
+    previous_response_id: str | None = None
+    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    parallel_tool_calls: bool | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    # Declared only so that a request using them gets a 400 that names them.
+    background: bool | None = None
+    include: list[str] | None = None
+    reasoning: dict[str, Any] | None = None
+
+    def function_tools(self) -> list[FunctionTool]:
+        """The request's function tools."""
+        return [tool for tool in self.tools or [] if isinstance(tool, FunctionTool)]

@@ -1,0 +1,111 @@
+"""Per-request llama.cpp sampler chains, and log-probabilities read from the logits."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import llama_cpp
+import numpy as np
+
+from mlxcel.engine.types import Sample, SamplingParams
+
+# OpenAI's logit_bias of -100/100 means "never"/"always"; llama.cpp wants infinities for that.
+_BIAS_LIMIT = 100.0
+
+
+def _bias_value(bias: float) -> float:
+    if bias <= -_BIAS_LIMIT:
+        return -math.inf
+    return math.inf if bias >= _BIAS_LIMIT else bias
+
+
+def _logit_bias(n_vocab: int, biases: Iterable[tuple[int, float]]) -> Any:
+    items = [llama_cpp.llama_logit_bias(token, _bias_value(bias)) for token, bias in biases]
+    array = (llama_cpp.llama_logit_bias * len(items))(*items)
+    return llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(items), array)
+
+
+def _penalties(params: SamplingParams) -> Any:
+    # The binding still declares a leading n_vocab that the C function no longer takes;
+    # integers and floats travel in separate registers, so passing the window size in
+    # both integer slots gives the C side the right value either way.
+    return llama_cpp.llama_sampler_init_penalties(
+        params.repeat_last_n,
+        params.repeat_last_n,
+        params.repeat_penalty,
+        params.frequency_penalty,
+        params.presence_penalty,
+    )
+
+
+def _dry(vocab: Any, params: SamplingParams, n_ctx: int) -> Any:
+    breakers = [b.encode() for b in params.dry_sequence_breakers]
+    array = (ctypes.c_char_p * max(1, len(breakers)))(*breakers)
+    last_n = n_ctx if params.dry_penalty_last_n == -1 else params.dry_penalty_last_n
+    return llama_cpp.llama_sampler_init_dry(
+        vocab,
+        params.dry_multiplier,
+        params.dry_base,
+        params.dry_allowed_length,
+        last_n,
+        array,
+        len(breakers),
+    )
+
+
+def _seed(params: SamplingParams) -> int:
+    return llama_cpp.LLAMA_DEFAULT_SEED if params.seed is None else params.seed & 0xFFFFFFFF
+
+
+def build_chain(
+    vocab: Any, n_vocab: int, n_ctx: int, params: SamplingParams, banned: Iterable[int] = ()
+) -> Any:
+    """A sampler chain in llama-server's order; `banned` tokens can never be picked."""
+    chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+
+    def add(sampler: Any) -> None:
+        llama_cpp.llama_sampler_chain_add(chain, sampler)
+
+    biases = list(params.logit_bias) + [(token, -_BIAS_LIMIT) for token in banned]
+    if biases:
+        add(_logit_bias(n_vocab, biases))
+    if (params.repeat_penalty, params.frequency_penalty, params.presence_penalty) != (1, 0, 0):
+        add(_penalties(params))
+    if params.dry_multiplier > 0:
+        add(_dry(vocab, params, n_ctx))
+    if params.temperature <= 0:
+        add(llama_cpp.llama_sampler_init_greedy())
+        return chain
+    if params.top_k > 0:
+        add(llama_cpp.llama_sampler_init_top_k(params.top_k))
+    if params.typical_p < 1.0:
+        add(llama_cpp.llama_sampler_init_typical(params.typical_p, 1))
+    if params.top_p < 1.0:
+        add(llama_cpp.llama_sampler_init_top_p(params.top_p, 1))
+    if params.min_p > 0.0:
+        add(llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
+    if params.xtc_probability > 0:
+        add(
+            llama_cpp.llama_sampler_init_xtc(
+                params.xtc_probability, params.xtc_threshold, 1, _seed(params)
+            )
+        )
+    add(llama_cpp.llama_sampler_init_temp(params.temperature))
+    add(llama_cpp.llama_sampler_init_dist(_seed(params)))
+    return chain
+
+
+def sample_with_logprobs(ctx: Any, index: int, n_vocab: int, token: int, top_n: int) -> Sample:
+    """The model's own log-probability of `token` at output `index`, and its top_n rivals."""
+    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, index), shape=(n_vocab,))
+    peak = float(logits.max())
+    log_total = peak + math.log(float(np.exp(logits - peak).sum()))
+    top: tuple[tuple[int, float], ...] = ()
+    if top_n > 0:
+        best = np.argpartition(logits, -top_n)[-top_n:]
+        best = best[np.argsort(logits[best])[::-1]]
+        top = tuple((int(t), float(logits[t]) - log_total) for t in best)
+    return Sample(token, float(logits[token]) - log_total, top)

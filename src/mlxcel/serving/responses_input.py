@@ -1,0 +1,127 @@
+"""Responses API input: the fields it cannot honour yet, and items -> chat messages -> tokens."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mlxcel.api.schemas.responses import (
+    FunctionCallItem,
+    FunctionTool,
+    InputItem,
+    MessageItem,
+    OtherTool,
+    ResponsesRequest,
+)
+from mlxcel.engine.types import TextGenerator
+from mlxcel.serving.chat_template import CHATML, render_chat
+from mlxcel.serving.errors import invalid_request
+
+_CONSTRAINED = "needs constrained decoding, which this server does not do yet"
+
+
+def check_supported(request: ResponsesRequest) -> None:
+    """A 400 naming the first field this server knows but cannot honour yet."""
+    problem = _unsupported(request)
+    if problem is not None:
+        param, message = problem
+        raise invalid_request(message, param, "unsupported_field")
+
+
+def _unsupported(request: ResponsesRequest) -> tuple[str, str] | None:
+    if request.max_tokens is not None:
+        return "max_tokens", "'max_tokens' is not a Responses API field; use 'max_output_tokens'"
+    if request.n != 1:
+        return "n", "a response has one output; 'n' must be 1"
+    if request.stream_options is not None:
+        return "stream_options", "'stream_options' is not supported for responses"
+    if request.background:
+        return "background", "background responses are not supported yet"
+    if request.include:
+        return "include", "'include' is not supported yet"
+    if request.reasoning:
+        return "reasoning", "'reasoning' is not supported yet"
+    if request.truncation == "auto":
+        return "truncation", "'truncation' must be 'disabled': this server does not truncate input"
+    text_format = (request.text.format or {}) if request.text else {}
+    if text_format.get("type", "text") != "text":
+        return "text.format", f"text.format of type '{text_format.get('type')}' {_CONSTRAINED}"
+    choice = request.tool_choice
+    if choice == "required" or isinstance(choice, dict):
+        return "tool_choice", f"tool_choice {json.dumps(choice)} {_CONSTRAINED}"
+    if choice not in (None, "auto", "none"):
+        return "tool_choice", f"tool_choice '{choice}' is not one of auto, none, required"
+    for index, tool in enumerate(request.tools or []):
+        if isinstance(tool, OtherTool):
+            return (
+                f"tools.{index}.type",
+                f"tools of type '{tool.type}' are not supported; only 'function' tools are",
+            )
+    return None
+
+
+def _arguments(arguments: str) -> Any:
+    # HF chat templates expect a tool call's arguments as a mapping, not a JSON string.
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return arguments
+    return parsed if isinstance(parsed, dict) else arguments
+
+
+def _tool_call(item: FunctionCallItem) -> dict[str, Any]:
+    function = {"name": item.name, "arguments": _arguments(item.arguments)}
+    return {"id": item.call_id, "type": "function", "function": function}
+
+
+def chat_messages(items: list[InputItem]) -> list[dict[str, Any]]:
+    """Input items as chat messages; function calls in the shape HF chat templates expect."""
+    messages: list[dict[str, Any]] = []
+    names: dict[str, str] = {}
+    for item in items:
+        if isinstance(item, MessageItem):
+            messages.append({"role": item.role, "content": item.text()})
+        elif isinstance(item, FunctionCallItem):
+            names[item.call_id] = item.name
+            # Consecutive calls are one assistant turn that called several tools at once.
+            last = messages[-1] if messages else {}
+            if last.get("role") == "assistant" and last.get("tool_calls"):
+                last["tool_calls"].append(_tool_call(item))
+            else:
+                messages.append(
+                    {"role": "assistant", "content": None, "tool_calls": [_tool_call(item)]}
+                )
+        else:
+            message = {"role": "tool", "tool_call_id": item.call_id, "content": item.text()}
+            if item.call_id in names:
+                message["name"] = names[item.call_id]
+            messages.append(message)
+    return messages
+
+
+def chat_tool(tool: FunctionTool) -> dict[str, Any]:
+    """A Responses function tool in the chat-completions shape chat templates know."""
+    function = tool.model_dump(exclude={"type", "strict"}, exclude_none=True)
+    return {"type": "function", "function": function}
+
+
+def _tool_calls_as_text(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # A template that knows no tool calls would choke on content None; show it the calls as JSON.
+    def text(message: dict[str, Any]) -> dict[str, Any]:
+        calls = [call["function"] for call in message.get("tool_calls") or []]
+        if not calls:
+            return message
+        return {"role": "assistant", "content": json.dumps({"tool_calls": calls})}
+
+    return [text(message) for message in messages]
+
+
+def prompt_tokens(
+    generator: TextGenerator, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> list[int]:
+    """Render the model's chat template, tools included, and tokenize as its GGUF says."""
+    template = generator.chat_template
+    if "tool_calls" not in (template.source if template else CHATML):
+        messages = _tool_calls_as_text(messages)
+    text = render_chat(template, messages, extra={"tools": tools} if tools else None)
+    return generator.tokenize(text, add_special=generator.add_bos, parse_special=True)
