@@ -95,6 +95,22 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="requests that may wait for a slot before new ones get 503 (default: %(default)s)",
     )
     add(
+        "-ub",
+        "--ubatch-size",
+        type=int,
+        default=defaults.DEFAULT_UBATCH_SIZE,
+        metavar="N",
+        help="physical batch: most tokens per forward pass (default: %(default)s)",
+    )
+    add(
+        "--queue-timeout",
+        type=float,
+        default=defaults.DEFAULT_QUEUE_TIMEOUT,
+        metavar="S",
+        help="seconds a request may wait for a slot before it gets 503; 0 = no limit "
+        "(default: %(default)s)",
+    )
+    add(
         "--temp",
         type=float,
         metavar="T",
@@ -142,8 +158,16 @@ def _api_keys(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    for name in ("ctx_size", "threads", "parallel", "batch_size", "queue_size"):
-        minimum = 0 if name == "ctx_size" else 1
+    for name in (
+        "ctx_size",
+        "threads",
+        "parallel",
+        "batch_size",
+        "ubatch_size",
+        "queue_size",
+        "queue_timeout",
+    ):
+        minimum = 0 if name in ("ctx_size", "queue_size", "queue_timeout") else 1
         if getattr(args, name) < minimum:
             parser.error(f"--{name.replace('_', '-')} must be at least {minimum}")
     if not 0 < args.port < 65536:
@@ -171,7 +195,9 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         threads=args.threads,
         parallel=args.parallel,
         batch_size=args.batch_size,
+        ubatch_size=args.ubatch_size,
         queue_size=args.queue_size,
+        queue_timeout=args.queue_timeout,
         warmup=not args.no_warmup,
         log_level=args.log_level,
         temperature=args.temp,

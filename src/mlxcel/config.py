@@ -12,7 +12,9 @@ DEFAULT_CTX_SIZE = 4096
 DEFAULT_N_PREDICT = -1
 DEFAULT_PARALLEL = 1
 DEFAULT_BATCH_SIZE = 512
+DEFAULT_UBATCH_SIZE = 512
 DEFAULT_QUEUE_SIZE = 64
+DEFAULT_QUEUE_TIMEOUT = 600.0
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 DEFAULT_LOG_LEVEL = "info"
 API_KEY_ENV = "MLXCEL_API_KEY"
@@ -41,7 +43,9 @@ class ServerConfig:
     threads: int = field(default_factory=default_threads)
     parallel: int = DEFAULT_PARALLEL
     batch_size: int = DEFAULT_BATCH_SIZE
+    ubatch_size: int = DEFAULT_UBATCH_SIZE
     queue_size: int = DEFAULT_QUEUE_SIZE
+    queue_timeout: float = DEFAULT_QUEUE_TIMEOUT
     warmup: bool = True
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     log_level: str = DEFAULT_LOG_LEVEL

@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 
 from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
 
 from mlxcel.api.errors import install_error_handlers
 from mlxcel.api.limits import BodySizeLimit, JsonByDefault
-from mlxcel.api.routes import health, native, responses, text
+from mlxcel.api.routes import health, native, observe, responses, text
 from mlxcel.config import ServerConfig
 
 
@@ -20,12 +21,14 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.api_keys = config.api_keys
     app.state.n_predict = config.n_predict
     app.state.started = int(time.time())
+    app.state.metrics_registry = CollectorRegistry()
     install_error_handlers(app)
     app.include_router(health.public)
     app.include_router(health.router)
     app.include_router(text.router)
     app.include_router(native.router)
     app.include_router(responses.router)
+    app.include_router(observe.router)
     app.add_middleware(JsonByDefault)
     app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes)
     return app

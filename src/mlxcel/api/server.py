@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from mlxcel.api.app import create_app
 from mlxcel.config import ServerConfig
+from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.engine.registry import ModelRegistry, load_text_model
 
 logger = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ def _unix_socket(path: Path) -> socket.socket:
 def _load(app: FastAPI, config: ServerConfig, server: uvicorn.Server) -> None:
     try:
         registry = ModelRegistry()
-        registry.add(load_text_model(config))
+        registry.add(load_text_model(config, EngineMetrics(app.state.metrics_registry)))
         app.state.registry = registry
     except Exception as exc:
         logger.error("could not load %s: %s", config.model, exc)

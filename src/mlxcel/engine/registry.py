@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlxcel.config import ServerConfig
+from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.engine.sampling import SamplingDefaults, model_defaults
-from mlxcel.engine.scheduler import Scheduler
+from mlxcel.engine.scheduler import Scheduler, SchedulerLimits
 from mlxcel.engine.types import TextGenerator
 
 logger = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ class ModelRegistry:
         self._models.clear()
 
 
-def load_text_model(config: ServerConfig) -> LoadedModel:
+def load_text_model(config: ServerConfig, metrics: EngineMetrics | None = None) -> LoadedModel:
     """Load the configured model on the backend its format calls for, and start its engine."""
     from mlxcel.backends.llamacpp import LlamaCppGenerator, LlamaCppOptions
 
@@ -74,13 +75,15 @@ def load_text_model(config: ServerConfig) -> LoadedModel:
         threads=config.threads,
         parallel=config.parallel,
         batch_size=config.batch_size,
+        ubatch_size=config.ubatch_size,
         verbose=config.log_level.lower() == "debug",
     )
     logger.info("loading %s with llama.cpp (%d threads)", config.model, config.threads)
     generator = LlamaCppGenerator(config.model, options)
     if config.warmup:
         generator.warm_up()
-    scheduler = Scheduler(generator, queue_size=config.queue_size, name=config.served_name)
+    limits = SchedulerLimits(config.queue_size, config.queue_timeout)
+    scheduler = Scheduler(generator, limits=limits, name=config.served_name, metrics=metrics)
     scheduler.start()
     logger.info(
         "serving %s as '%s' (context %d per sequence, %d parallel)",

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import queue
 import threading
+import time
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from mlxcel.engine.metrics import EngineMetrics
+from mlxcel.engine.slots import SlotPool, SlotState
 from mlxcel.engine.text import IncrementalText, StopMatcher
 from mlxcel.engine.types import (
     EngineError,
@@ -63,6 +65,7 @@ class _Job:
     handle: RequestHandle
     prompt: list[int]
     params: SamplingParams
+    arrived: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -70,8 +73,10 @@ class _Running:
     job: _Job
     slot: int
     fed: int = 0
+    cached: int = 0
     generated: int = 0
     last_token: int = -1
+    last_time: float = 0.0
     text: IncrementalText = field(default_factory=IncrementalText)
     stops: StopMatcher = field(init=False)
     logprobs: list[TokenLogprob] = field(default_factory=list)
@@ -80,24 +85,45 @@ class _Running:
         params = self.job.params
         self.stops = StopMatcher(params.stop, include_stop=params.include_stop_str)
 
+    @property
+    def prefilling(self) -> bool:
+        return self.fed < len(self.job.prompt)
+
     def take_logprobs(self) -> tuple[TokenLogprob, ...]:
         """Log-probabilities gathered since the last event."""
         taken, self.logprobs = tuple(self.logprobs), []
         return taken
 
-    @property
-    def prefilling(self) -> bool:
-        return self.fed < len(self.job.prompt)
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    """Admission settings: how many may wait, and for how long (seconds; 0 = forever)."""
+
+    queue_size: int
+    queue_timeout: float = 0.0
 
 
 class Scheduler:
     """Owns one TextGenerator on its own thread; nothing else may call into it."""
 
-    def __init__(self, generator: TextGenerator, *, queue_size: int, name: str) -> None:
+    def __init__(
+        self,
+        generator: TextGenerator,
+        *,
+        limits: SchedulerLimits,
+        name: str,
+        metrics: EngineMetrics | None = None,
+    ) -> None:
         self._generator = generator
-        self._waiting: queue.Queue[_Job | None] = queue.Queue(maxsize=max(1, queue_size))
-        self._free_slots = list(range(generator.n_slots))
+        self._limits = limits
+        self._name = name
+        self._metrics = metrics
+        self._waiting: deque[_Job] = deque()
+        self._wakeup = threading.Condition()
+        self._pool = SlotPool(generator.n_slots)
         self._running: list[_Running] = []
+        self._lookups = 0
+        self._hits = 0
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=f"engine-{name}", daemon=True)
 
@@ -107,56 +133,108 @@ class Scheduler:
 
     def stop(self) -> None:
         """Finish the engine thread; running requests end with an error."""
-        self._stopping = True
-        with contextlib.suppress(queue.Full):
-            self._waiting.put_nowait(None)
+        with self._wakeup:
+            self._stopping = True
+            self._wakeup.notify()
         self._thread.join(timeout=30)
 
     def submit(self, request_id: str, prompt: list[int], params: SamplingParams) -> RequestHandle:
         """Queue a request; raises EngineError(code='server_busy') when the queue is full."""
         handle = RequestHandle(request_id, asyncio.get_running_loop())
-        try:
-            self._waiting.put_nowait(_Job(handle, prompt, params))
-        except queue.Full:
-            raise EngineError("the server is busy: request queue is full", "server_busy") from None
+        with self._wakeup:
+            if len(self._waiting) >= self._limits.queue_size + self._pool.free_count:
+                self._count_rejected("queue_full")
+                raise EngineError("the server is busy: request queue is full", "server_busy")
+            self._waiting.append(_Job(handle, prompt, params))
+            self._wakeup.notify()
         return handle
+
+    def slots(self) -> list[tuple[SlotState, int, int]]:
+        """A snapshot for /slots: each slot's state, tokens decoded and prompt length."""
+        running = {r.slot: r for r in self._running}
+        snapshot = []
+        for index, slot in enumerate(self._pool.slots):
+            r = running.get(index)
+            copy = SlotState(list(slot.tokens), slot.busy, slot.last_used, slot.request_id)
+            snapshot.append((copy, r.generated if r else 0, len(r.job.prompt) if r else 0))
+        return snapshot
 
     def _run(self) -> None:
         while not self._stopping:
-            self._admit(block=not self._running)
+            self._admit()
             self._drop_cancelled()
             if self._running:
                 self._step()
-        for running in self._running:
+        for running in list(self._running):
             self._finish(running, "", error=EngineError("the server is shutting down"))
 
-    def _admit(self, *, block: bool) -> None:
-        while self._free_slots:
+    def _next_job(self) -> _Job | None:
+        """The next waiting job to start, answering the ones that waited too long."""
+        with self._wakeup:
+            if not self._running and not self._waiting and not self._stopping:
+                self._wakeup.wait(timeout=0.5)
+            timeout = self._limits.queue_timeout
+            while self._waiting:
+                job = self._waiting[0]
+                expired = timeout > 0 and time.monotonic() - job.arrived > timeout
+                if not expired and not job.handle.cancelled and not self._pool.has_free:
+                    return None
+                self._waiting.popleft()
+                if expired:
+                    self._count_rejected("queue_timeout")
+                    message = f"the request waited more than {timeout:g}s for a slot"
+                    job.handle.deliver(
+                        TokenEvent("", (), error=EngineError(message, "server_busy"))
+                    )
+                elif not job.handle.cancelled:
+                    return job
+            return None
+
+    def _admit(self) -> None:
+        while (job := self._next_job()) is not None:
+            with self._wakeup:
+                slot, cached = self._pool.acquire(job.prompt, job.handle.request_id)
             try:
-                job = self._waiting.get(block=block, timeout=0.5 if block else None)
-            except queue.Empty:
-                return
-            if job is None:
-                return
-            block = False
-            if job.handle.cancelled:
-                continue
-            slot = self._free_slots.pop(0)
-            try:
-                self._generator.open_slot(slot, job.params)
+                self._generator.open_slot(slot, job.params, reuse=cached)
             except Exception as exc:
                 logger.exception("[%s] could not open a slot", job.handle.request_id)
-                self._free_slots.append(slot)
+                with self._wakeup:
+                    self._pool.release(slot, keep=False)
                 job.handle.deliver(TokenEvent("", (), error=EngineError(str(exc))))
                 continue
-            self._running.append(_Running(job, slot))
+            self._on_admitted(job, cached)
+            self._running.append(_Running(job, slot, fed=cached, cached=cached))
+        self._update_gauges()
+
+    def _on_admitted(self, job: _Job, cached: int) -> None:
+        self._lookups += 1
+        self._hits += cached > 0
+        if cached:
+            logger.info("[%s] reusing %d cached prompt tokens", job.handle.request_id, cached)
+        if self._metrics is not None:
+            m, name = self._metrics, self._name
+            m.prompt_tokens.labels(name).inc(len(job.prompt))
+            m.cache_queries.labels(name).inc()
+            m.cached_tokens.labels(name).inc(cached)
+            if cached:
+                m.cache_hits.labels(name).inc()
+            m.cache_hit_ratio.labels(name).set(self._hits / self._lookups)
+
+    def _update_gauges(self) -> None:
+        if self._metrics is not None:
+            self._metrics.running.labels(self._name).set(len(self._running))
+            self._metrics.waiting.labels(self._name).set(len(self._waiting))
+
+    def _count_rejected(self, reason: str) -> None:
+        if self._metrics is not None:
+            self._metrics.rejected.labels(self._name, reason).inc()
 
     def _drop_cancelled(self) -> None:
         for running in [r for r in self._running if r.job.handle.cancelled]:
             logger.info(
                 "[%s] cancelled after %d tokens", running.job.handle.request_id, running.generated
             )
-            self._release(running)
+            self._release(running, "cancelled")
 
     def _feeds(self) -> list[Feed]:
         feeds = [Feed(r.slot, (r.last_token,), True) for r in self._running if not r.prefilling]
@@ -180,9 +258,21 @@ class Scheduler:
         by_slot = {r.slot: r for r in self._running}
         for feed, sample in zip(feeds, samples, strict=True):
             running = by_slot[feed.slot]
+            self._pool.fed(feed.slot, feed.tokens)
             running.fed += len(feed.tokens) if running.prefilling else 0
             if sample is not None:
+                self._observe_latency(running)
                 self._on_token(running, sample)
+
+    def _observe_latency(self, running: _Running) -> None:
+        now = time.monotonic()
+        if self._metrics is not None:
+            if running.generated == 0:
+                self._metrics.ttft.labels(self._name).observe(now - running.job.arrived)
+            else:
+                self._metrics.itl.labels(self._name).observe(now - running.last_time)
+            self._metrics.generated_tokens.labels(self._name).inc()
+        running.last_time = now
 
     def _on_token(self, running: _Running, sample: Sample) -> None:
         generator = self._generator
@@ -232,13 +322,18 @@ class Scheduler:
                 logprobs=running.take_logprobs(),
                 stop_reason=stop_reason,
                 stop_word=running.stops.matched if stop_reason == "word" else None,
+                cached_tokens=running.cached,
             )
         )
-        self._release(running)
+        self._release(running, "error" if error else reason or "stop")
 
-    def _release(self, running: _Running) -> None:
+    def _release(self, running: _Running, reason: str) -> None:
         self._running.remove(running)
+        if self._metrics is not None:
+            self._metrics.finished.labels(self._name, reason).inc()
         try:
             self._generator.close_slot(running.slot)
         finally:
-            self._free_slots.append(running.slot)
+            with self._wakeup:
+                self._pool.release(running.slot, keep=reason != "error")
+        self._update_gauges()

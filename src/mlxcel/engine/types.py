@@ -118,12 +118,12 @@ class TextGenerator(Protocol):
         """Whether `token` ends a generation (EOS, EOT, ...)."""
         ...
 
-    def open_slot(self, slot: int, params: SamplingParams) -> None:
-        """Clear a slot's KV state and set up its sampler."""
+    def open_slot(self, slot: int, params: SamplingParams, *, reuse: int = 0) -> None:
+        """Set up a slot's sampler, keeping the first `reuse` tokens of its KV state."""
         ...
 
     def close_slot(self, slot: int) -> None:
-        """Free a slot's KV state and sampler."""
+        """Free a slot's sampler; its KV state stays for a later request to reuse."""
         ...
 
     def step(self, feeds: Sequence[Feed]) -> list[Sample | None]:
@@ -170,3 +170,4 @@ class TokenEvent:
     logprobs: tuple[TokenLogprob, ...] = ()
     stop_reason: str | None = None
     stop_word: str | None = None
+    cached_tokens: int = 0

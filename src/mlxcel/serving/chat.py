@@ -66,7 +66,11 @@ async def chat_completion(generations: list[Generation]) -> dict[str, Any]:
             }
             for g, o in zip(generations, outcomes, strict=True)
         ],
-        "usage": total_usage(generations, sum(o.completion_tokens for o in outcomes)),
+        "usage": total_usage(
+            generations,
+            sum(o.completion_tokens for o in outcomes),
+            {i: o.cached_tokens for i, o in enumerate(outcomes)},
+        ),
     }
 
 
@@ -99,6 +103,7 @@ async def chat_chunks(
     stream = stream_all(generations)
     role_sent: set[int] = set()
     completion_tokens = 0
+    cached: dict[int, int] = {}
     async for position, event in stream:
         generation = generations[position]
         if position not in role_sent:
@@ -109,8 +114,9 @@ async def chat_chunks(
             yield _chunk(generation, {"content": event.text}, None, logprobs)
         if event.finish_reason is not None:
             completion_tokens += event.completion_tokens
+            cached[position] = event.cached_tokens
             yield _chunk(generation, {}, event.finish_reason)
     if include_usage:
         yield usage_chunk(
-            _chunk(generations[0], {}, None), total_usage(generations, completion_tokens)
+            _chunk(generations[0], {}, None), total_usage(generations, completion_tokens, cached)
         )

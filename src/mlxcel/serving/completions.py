@@ -55,7 +55,7 @@ def prepare_completion(
 
 
 def _object(
-    generation: Generation, choice: dict[str, Any], usage_: dict[str, int] | None = None
+    generation: Generation, choice: dict[str, Any], usage_: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "id": generation.request_id,
@@ -86,7 +86,13 @@ async def completion(job: CompletionJob) -> dict[str, Any]:
         )
     first = job.generations[0]
     body = _object(
-        first, {}, total_usage(job.generations, sum(o.completion_tokens for o in outcomes))
+        first,
+        {},
+        total_usage(
+            job.generations,
+            sum(o.completion_tokens for o in outcomes),
+            {i: o.cached_tokens for i, o in enumerate(outcomes)},
+        ),
     )
     body["choices"] = choices
     return body
@@ -98,6 +104,7 @@ async def completion_chunks(
     """text_completion chunks: echo first, then text as it comes, then each finish reason."""
     offsets = {i: 0 for i in range(len(job.generations))}
     completion_tokens = 0
+    cached: dict[int, int] = {}
     async for position, event in stream_all(job.generations):
         generation = job.generations[position]
         text = event.text
@@ -112,7 +119,8 @@ async def completion_chunks(
             yield _object(generation, {"text": text, "logprobs": logprobs, "finish_reason": None})
         if event.finish_reason is not None:
             completion_tokens += event.completion_tokens
+            cached[position] = event.cached_tokens
             yield _object(generation, {"text": "", "finish_reason": event.finish_reason})
     if include_usage:
-        usage_ = total_usage(job.generations, completion_tokens)
+        usage_ = total_usage(job.generations, completion_tokens, cached)
         yield usage_chunk(_object(job.generations[0], {}), usage_)

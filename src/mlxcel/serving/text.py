@@ -58,6 +58,7 @@ class Outcome:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     stop_reason: str | None = None
     stop_word: str | None = None
+    cached_tokens: int = 0
 
 
 def check_vocabulary(generator: TextGenerator, tokens: Sequence[int], param: str) -> None:
@@ -189,6 +190,7 @@ async def collect(generation: Generation) -> Outcome:
                 logprobs,
                 event.stop_reason,
                 event.stop_word,
+                event.cached_tokens,
             )
     raise APIError(500, "generation ended without a finish reason")
 
@@ -234,21 +236,28 @@ async def stream_all(generations: list[Generation]) -> AsyncIterator[tuple[int, 
             task.cancel()
 
 
-def total_usage(generations: list[Generation], completion_tokens: int) -> dict[str, int]:
-    """Usage for a whole answer: each prompt counted once, every choice's output summed."""
+def total_usage(
+    generations: list[Generation], completion_tokens: int, cached: dict[int, int]
+) -> dict[str, Any]:
+    """Usage for a whole answer: each prompt counted once, every choice's output summed.
+
+    `cached` maps a choice's position to the prompt tokens it found in the prefix cache.
+    """
     prompts = {g.prompt_index: len(g.prompt) for g in generations}
-    return usage(sum(prompts.values()), completion_tokens)
+    per_prompt = {generations[i].prompt_index: n for i, n in cached.items()}
+    return usage(sum(prompts.values()), completion_tokens, sum(per_prompt.values()))
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
     """The OpenAI usage object."""
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 
-def usage_chunk(chunk: dict[str, Any], usage_: dict[str, int]) -> dict[str, Any]:
+def usage_chunk(chunk: dict[str, Any], usage_: dict[str, Any]) -> dict[str, Any]:
     """A stream's last chunk when the client asked for usage: no choices, just usage."""
     return {**chunk, "choices": [], "usage": usage_}

@@ -46,6 +46,7 @@ class LlamaCppOptions:
     threads: int
     parallel: int
     batch_size: int
+    ubatch_size: int
     verbose: bool = False
 
 
@@ -79,7 +80,7 @@ class LlamaCppGenerator:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = options.ctx_size
         params.n_batch = options.batch_size
-        params.n_ubatch = options.batch_size
+        params.n_ubatch = min(options.ubatch_size, options.batch_size)
         params.n_seq_max = options.parallel
         params.n_threads = options.threads
         params.n_threads_batch = options.threads
@@ -158,8 +159,10 @@ class LlamaCppGenerator:
     def is_end_of_generation(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
-    def open_slot(self, slot: int, params: SamplingParams) -> None:
+    def open_slot(self, slot: int, params: SamplingParams, *, reuse: int = 0) -> None:
         self.close_slot(slot)
+        llama_cpp.llama_memory_seq_rm(self._memory, slot, reuse, -1)
+        self._n_past[slot] = reuse
         banned: tuple[int, ...] = ()
         if params.ignore_eos:
             banned = self._eog
@@ -169,8 +172,6 @@ class LlamaCppGenerator:
         self._slots[slot] = _Slot(params, chain, banned, [])
 
     def close_slot(self, slot: int) -> None:
-        llama_cpp.llama_memory_seq_rm(self._memory, slot, -1, -1)
-        self._n_past[slot] = 0
         state = self._slots.pop(slot, None)
         if state is not None:
             llama_cpp.llama_sampler_free(state.chain)
@@ -227,6 +228,8 @@ class LlamaCppGenerator:
         self.open_slot(0, SamplingParams(max_tokens=1, temperature=0, top_p=1, top_k=0, min_p=0))
         self.step([Feed(0, (max(bos, 0),), True)])
         self.close_slot(0)
+        llama_cpp.llama_memory_seq_rm(self._memory, 0, -1, -1)
+        self._n_past[0] = 0
 
     def close(self) -> None:
         for slot in list(self._slots):

@@ -1,0 +1,83 @@
+"""Which slot a new request gets: the free one whose kept KV state shares most of its prompt.
+
+A slot's KV state outlives its request, so the slots double as the prefix cache: its size is
+the number of slots, and among slots that share nothing the least recently used is reused.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SlotState:
+    """What one slot holds: the tokens whose KV state it keeps, and when it was last used."""
+
+    tokens: list[int] = field(default_factory=list)
+    busy: bool = False
+    last_used: float = 0.0
+    request_id: str | None = None
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest shared beginning of two token lists."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class SlotPool:
+    """The slots of one model and the token prefixes their KV state holds."""
+
+    def __init__(self, n_slots: int) -> None:
+        self.slots = [SlotState() for _ in range(n_slots)]
+
+    @property
+    def free_count(self) -> int:
+        """Slots no request holds."""
+        return sum(not s.busy for s in self.slots)
+
+    @property
+    def has_free(self) -> bool:
+        """Whether a request could start now."""
+        return self.free_count > 0
+
+    def acquire(self, prompt: list[int], request_id: str) -> tuple[int, int]:
+        """A free slot for `prompt` and how many of its tokens already sit in that slot's KV.
+
+        At least one prompt token is always left to evaluate, since sampling needs its logits.
+        """
+        best, best_shared = -1, -1
+        for index, slot in enumerate(self.slots):
+            if slot.busy:
+                continue
+            shared = min(common_prefix(slot.tokens, prompt), len(prompt) - 1)
+            better = shared > best_shared or (
+                shared == best_shared and slot.last_used < self.slots[best].last_used
+            )
+            if better:
+                best, best_shared = index, shared
+        if best < 0:
+            raise RuntimeError("no free slot")
+        slot = self.slots[best]
+        slot.busy = True
+        slot.request_id = request_id
+        slot.tokens = slot.tokens[:best_shared]
+        return best, best_shared
+
+    def fed(self, index: int, tokens: Sequence[int]) -> None:
+        """Record tokens evaluated into a slot's KV state."""
+        self.slots[index].tokens.extend(tokens)
+
+    def release(self, index: int, *, keep: bool) -> None:
+        """The slot's request is over; `keep` its KV state as cache, or forget it."""
+        slot = self.slots[index]
+        slot.busy = False
+        slot.request_id = None
+        slot.last_used = time.monotonic()
+        if not keep:
+            slot.tokens = []
