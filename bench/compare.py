@@ -1,0 +1,227 @@
+"""mlxcel against its engine and its Python peer, on the same GGUF, in one run.
+
+    python bench/compare.py [--model PATH.gguf] [--threads 1]
+
+Measures, one after another on this machine: the raw engine (llama-cpp-python's low-level API
+in-process: single-sequence decode, and 8 sequences decoded together), llama-cpp-python's own
+server (`python -m llama_cpp.server`), and `mlxcel serve`; then prints each target as a ratio.
+Absolute numbers move with the machine's load; ratios from one run are what to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import llama_cpp
+from llama_cpp import _logger as llama_logger
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve import make_prompts, run_level, summarize
+
+
+def _context(model: object, n_ctx: int, n_seq: int, threads: int) -> object:
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_ubatch = n_ctx, 512, 512
+    params.n_seq_max, params.n_threads, params.n_threads_batch = n_seq, threads, threads
+    return llama_cpp.llama_init_from_model(model, params)
+
+
+def raw_decode(path: Path, threads: int, n_seq: int, prompt_len: int, steps: int) -> float:
+    """Aggregate decode tokens/s of `n_seq` greedy sequences stepped together, raw engine."""
+    llama_cpp.llama_backend_init()
+    llama_logger.set_verbose(False)
+    model = llama_cpp.llama_model_load_from_file(
+        str(path).encode(), llama_cpp.llama_model_default_params()
+    )
+    ctx = _context(model, (prompt_len + steps + 8) * n_seq, n_seq, threads)
+    vocab = llama_cpp.llama_model_get_vocab(model)
+    batch = llama_cpp.llama_batch_init(max(512, n_seq), 0, 1)
+    samplers = [llama_cpp.llama_sampler_init_greedy() for _ in range(n_seq)]
+
+    def decode(items: list[tuple[int, int, int, bool]]) -> None:
+        for i, (token, pos, seq, logits) in enumerate(items):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
+            batch.seq_id[i][0], batch.logits[i] = seq, logits
+        batch.n_tokens = len(items)
+        if llama_cpp.llama_decode(ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+
+    prompt = [(1000 + 7 * i) % llama_cpp.llama_vocab_n_tokens(vocab) for i in range(prompt_len)]
+    last = []
+    for seq in range(n_seq):
+        for start in range(0, prompt_len, 512):
+            chunk = prompt[start : start + 512]
+            decode([(t, start + i, seq, start + i == prompt_len - 1) for i, t in enumerate(chunk)])
+        last.append(llama_cpp.llama_sampler_sample(samplers[seq], ctx, len(chunk) - 1))
+    began = time.perf_counter()
+    for step in range(steps):
+        decode([(last[s], prompt_len + step, s, True) for s in range(n_seq)])
+        last = [llama_cpp.llama_sampler_sample(samplers[s], ctx, s) for s in range(n_seq)]
+    elapsed = time.perf_counter() - began
+    for sampler in samplers:
+        llama_cpp.llama_sampler_free(sampler)
+    llama_cpp.llama_batch_free(batch)
+    llama_cpp.llama_free(ctx)
+    llama_cpp.llama_model_free(model)
+    return n_seq * steps / elapsed
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start(command: list[str], port: int, health: str) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{command[0]} exited early: {' '.join(command)}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}{health}", timeout=2).status_code == 200:
+                return process
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    process.kill()
+    raise TimeoutError(" ".join(command))
+
+
+def serve_levels(base_url: str, levels: list[int], args: argparse.Namespace) -> dict[int, dict]:
+    """bench/serve.py's measurement at each concurrency level against one server."""
+    results = {}
+    for level in levels:
+        prompts = make_prompts(level * 2, args.prompt_tokens, False, level)
+        samples, wall = asyncio.run(run_level(base_url, "default", prompts, level, args.max_tokens))
+        results[level] = summarize(level, samples, wall)
+    return results
+
+
+def prefix_ttft(base_url: str, prefix_words: int) -> tuple[float, float]:
+    """TTFT of a ~2,000-token prompt cold, then again with the same prefix cached."""
+    prefix = make_prompts(1, prefix_words, True, 0)[0]
+    times = []
+    for suffix in (" first question", " second question"):
+        samples, _ = asyncio.run(run_level(base_url, "default", [prefix + suffix], 1, 4))
+        times.append(samples[0].ttft)
+    return times[0], times[1]
+
+
+def main() -> None:
+    """Run every measurement and print the ratios the throughput targets are stated in."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", type=Path, help="GGUF (default: the embedded SmolLM2)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=128)
+    args = parser.parse_args()
+    from mlxcel.weights import resolve_model
+
+    path = resolve_model(str(args.model) if args.model else None)
+    threads = str(args.threads)
+    raw1 = raw_decode(path, args.threads, 1, args.prompt_tokens, args.steps)
+    raw8 = raw_decode(path, args.threads, 8, args.prompt_tokens, args.steps)
+    print(f"raw engine: {raw1:.1f} tok/s at 1 sequence, {raw8:.1f} tok/s aggregate at 8")
+
+    port = _free_port()
+    peer = _start(
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(path),
+            "--port",
+            str(port),
+            "--n_ctx",
+            "4096",
+            "--n_threads",
+            threads,
+            "--n_threads_batch",
+            threads,
+            # By default a new request interrupts the running one; queue them instead.
+            "--interrupt_requests",
+            "False",
+        ],
+        port,
+        "/v1/models",
+    )
+    try:
+        theirs = serve_levels(f"http://127.0.0.1:{port}/v1", [1, 8], args)
+    finally:
+        peer.terminate()
+        peer.wait()
+
+    port = _free_port()
+    mlxcel = Path(sys.executable).parent / "mlxcel"
+    ours_proc = _start(
+        [
+            str(mlxcel),
+            "serve",
+            "-m",
+            str(path),
+            "--port",
+            str(port),
+            "--threads",
+            threads,
+            "-np",
+            "8",
+            "-c",
+            str(8 * 4096),
+            "--log-level",
+            "warning",
+        ],
+        port,
+        "/health",
+    )
+    try:
+        ours = serve_levels(f"http://127.0.0.1:{port}/v1", [1, 8], args)
+        cold, warm = prefix_ttft(f"http://127.0.0.1:{port}/v1", 2000)
+    finally:
+        ours_proc.terminate()
+        ours_proc.wait()
+
+    print(
+        f"llama_cpp.server: {theirs[1]['throughput_tok_s']:.1f} tok/s at 1 client, "
+        f"{theirs[8]['throughput_tok_s']:.1f} at 8; median TTFT at 8 "
+        f"{theirs[8]['ttft_median_ms']:.0f} ms"
+    )
+    print(
+        f"mlxcel serve:     {ours[1]['throughput_tok_s']:.1f} tok/s at 1 client, "
+        f"{ours[8]['throughput_tok_s']:.1f} at 8; median TTFT at 8 "
+        f"{ours[8]['ttft_median_ms']:.0f} ms"
+    )
+    # The raw engine numbers are decode only, so compare them with decode rates (1 / TPOT);
+    # served throughput (output tokens / wall time) also pays for prefill and queueing.
+    single = 1000 / ours[1]["tpot_median_ms"]
+    eight = 8 * 1000 / ours[8]["tpot_median_ms"]
+    print(f"mlxcel decode: {single:.1f} tok/s at 1 stream, {eight:.1f} tok/s aggregate at 8")
+    print("ratios (target in brackets):")
+    print(f"  single-stream decode vs raw engine:   {single / raw1:.2f}x [>= 0.97]")
+    print(f"  8 streams vs raw engine at 8:         {eight / raw8:.2f}x [>= 0.9]")
+    print(
+        f"  8 streams vs llama_cpp.server at 8:   "
+        f"{ours[8]['throughput_tok_s'] / theirs[8]['throughput_tok_s']:.2f}x [>= 1.4]"
+    )
+    print(
+        f"  median TTFT at 8, llama_cpp.server/mlxcel: "
+        f"{theirs[8]['ttft_median_ms'] / ours[8]['ttft_median_ms']:.2f}x [>= 3]"
+    )
+    print(
+        f"  2,000-token prefix TTFT cold/warm:    {cold / warm:.1f}x [>= 10] "
+        f"({cold * 1000:.0f} ms -> {warm * 1000:.0f} ms)"
+    )
+
+
+if __name__ == "__main__":
+    main()
