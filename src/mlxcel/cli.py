@@ -21,9 +21,17 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         "-m",
         "--model",
         metavar="PATH",
-        help="GGUF model file (default: the embedded SmolLM2-135M-Instruct)",
+        help="GGUF file, MLX or Hugging Face model directory, or hub id like org/name "
+        "(default: the embedded SmolLM2-135M-Instruct)",
     )
     add("-a", "--alias", metavar="NAME", help="served model name (default: the file stem)")
+    add(
+        "--backend",
+        choices=defaults.BACKENDS,
+        default=defaults.DEFAULT_BACKEND,
+        help="engine: auto is llama.cpp for a .gguf file and MLX for a model directory or "
+        "hub id (default: %(default)s)",
+    )
     add("--host", default=defaults.DEFAULT_HOST, help="address to listen on (default: %(default)s)")
     add(
         "--port",
@@ -175,17 +183,21 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServerConfig:
-    from mlxcel.weights import WeightsError, resolve_model
+    from mlxcel.engine.registry import choose_backend
+    from mlxcel.weights import WeightsError, hub_id, resolve_model
 
     _check(parser, args)
     try:
         model = resolve_model(args.model)
+        choose_backend(model, args.backend)
         api_keys = _api_keys(args)
-    except (WeightsError, OSError) as exc:
+    except (WeightsError, ValueError, OSError) as exc:
         parser.exit(2, f"mlxcel serve: error: {exc}\n")
     return ServerConfig(
         model=model,
         alias=args.alias,
+        hub_id=hub_id(args.model),
+        backend=args.backend,
         host=args.host,
         port=args.port,
         socket=args.socket,

@@ -17,6 +17,8 @@ DEFAULT_QUEUE_SIZE = 64
 DEFAULT_QUEUE_TIMEOUT = 600.0
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 DEFAULT_LOG_LEVEL = "info"
+DEFAULT_BACKEND = "auto"
+BACKENDS = ("auto", "llamacpp", "mlx")
 API_KEY_ENV = "MLXCEL_API_KEY"
 
 
@@ -34,6 +36,8 @@ class ServerConfig:
 
     model: Path
     alias: str | None = None
+    hub_id: str | None = None
+    backend: str = DEFAULT_BACKEND
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     socket: Path | None = None
@@ -67,5 +71,9 @@ class ServerConfig:
 
     @property
     def served_name(self) -> str:
-        """The model id clients see: the alias, else the file stem."""
-        return self.alias or self.model.stem
+        """The model id clients see: the alias, else the hub id, file stem or directory name."""
+        named = self.alias or self.hub_id
+        if named:
+            return named
+        # A directory's name is kept whole: "Qwen2.5-0.5B" has no suffix to drop.
+        return self.model.stem if self.model.suffix.lower() == ".gguf" else self.model.name

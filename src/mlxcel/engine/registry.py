@@ -66,8 +66,19 @@ class ModelRegistry:
         self._models.clear()
 
 
-def load_text_model(config: ServerConfig, metrics: EngineMetrics | None = None) -> LoadedModel:
-    """Load the configured model on the backend its format calls for, and start its engine."""
+def choose_backend(model: Path, requested: str) -> str:
+    """llama.cpp for a .gguf file, MLX for a model directory; `requested` may only agree."""
+    natural = "mlx" if model.is_dir() else "llamacpp"
+    if requested not in ("auto", natural):
+        kind = "a model directory" if natural == "mlx" else "a GGUF file"
+        raise ValueError(
+            f"--backend {requested} cannot serve {model}, which is {kind}: "
+            f"use --backend {natural} (or auto)"
+        )
+    return natural
+
+
+def _open_llamacpp(config: ServerConfig) -> TextGenerator:
     from mlxcel.backends.llamacpp import LlamaCppGenerator, LlamaCppOptions
 
     options = LlamaCppOptions(
@@ -82,6 +93,24 @@ def load_text_model(config: ServerConfig, metrics: EngineMetrics | None = None) 
     generator = LlamaCppGenerator(config.model, options)
     if config.warmup:
         generator.warm_up()
+    return generator
+
+
+def _open_mlx(config: ServerConfig) -> TextGenerator:
+    from mlxcel.backends.mlx import MlxGenerator, MlxOptions
+
+    options = MlxOptions(config.ctx_size, config.parallel, config.batch_size)
+    logger.info("loading %s with MLX", config.model)
+    generator = MlxGenerator(config.model, options)
+    if config.warmup:
+        generator.warm_up()
+    return generator
+
+
+def load_text_model(config: ServerConfig, metrics: EngineMetrics | None = None) -> LoadedModel:
+    """Load the configured model on the backend its format calls for, and start its engine."""
+    backend = choose_backend(config.model, config.backend)
+    generator = _open_mlx(config) if backend == "mlx" else _open_llamacpp(config)
     limits = SchedulerLimits(config.queue_size, config.queue_timeout)
     scheduler = Scheduler(generator, limits=limits, name=config.served_name, metrics=metrics)
     scheduler.start()
@@ -94,6 +123,5 @@ def load_text_model(config: ServerConfig, metrics: EngineMetrics | None = None) 
     )
     defaults = model_defaults(config.sampling_flags(), generator.generation_config)
     logger.info("sampling defaults: %s", defaults)
-    return LoadedModel(
-        config.served_name, config.model, "llama.cpp", generator, scheduler, defaults
-    )
+    label = "mlx" if backend == "mlx" else "llama.cpp"
+    return LoadedModel(config.served_name, config.model, label, generator, scheduler, defaults)

@@ -1,0 +1,253 @@
+"""An MLX or Hugging Face safetensors model on mlx-lm, one KV cache per slot."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import mlx.core as mx
+from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+from mlx_lm.utils import load_model, load_tokenizer
+
+from mlxcel.backends.mlx.dry import Dry
+from mlxcel.backends.mlx.sampling import SlotSampler
+from mlxcel.backends.mlx.vocab import Vocabulary
+from mlxcel.engine.types import ChatTemplate, Feed, Sample, SamplingParams
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Each request may bring its own DRY breakers; their token sets are cached, but not forever.
+_MAX_BREAKER_SETS = 16
+
+# generation_config.json's sampling keys under our names.
+_HF_SAMPLING_KEYS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repetition_penalty": "repeat_penalty",
+}
+
+
+@dataclass(frozen=True)
+class MlxOptions:
+    """How to serve an MLX model."""
+
+    ctx_size: int
+    parallel: int
+    batch_size: int
+
+
+@dataclass
+class _Slot:
+    """One sequence's KV cache, the tokens it holds, and the sampler of its current request."""
+
+    cache: list[Any]
+    tokens: list[int] = field(default_factory=list)
+    sampler: SlotSampler | None = None
+
+
+def _read_generation_config(path: Path) -> dict[str, float]:
+    file = path / "generation_config.json"
+    if not file.is_file():
+        return {}
+    try:
+        config = json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        logger.warning("ignoring %s: %s", file, exc)
+        return {}
+    return {
+        name: float(config[key])
+        for key, name in _HF_SAMPLING_KEYS.items()
+        if isinstance(config.get(key), (int, float))
+    }
+
+
+def _config_value(config: Mapping[str, Any], key: str) -> Any:
+    """A model config value, also looked up in `text_config` (multimodal checkpoints)."""
+    return config.get(key) or config.get("text_config", {}).get(key)
+
+
+class MlxGenerator:
+    """TextGenerator over mlx-lm; MLX steps sequences one at a time, one forward per feed.
+
+    Every MLX call runs on one worker thread the generator owns: MLX streams belong to the
+    thread that made them, and that thread must clear them before it ends, or the process
+    aborts at exit.
+    """
+
+    def __init__(self, path: Path, options: MlxOptions) -> None:
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlx")
+        self._slots: dict[int, _Slot] = {}
+        self._breakers: dict[tuple[str, ...], frozenset[int]] = {}
+        self._n_slots = options.parallel
+        self._max_feed = options.batch_size
+        try:
+            self._load(path, options)
+        except BaseException:
+            self._call(mx.clear_streams)
+            self._worker.shutdown(wait=True)
+            raise
+
+    def _load(self, path: Path, options: MlxOptions) -> None:
+        self._model, config = self._call(load_model, path)
+        tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
+        self._vocab = Vocabulary(tokenizer)
+        self._n_vocab = int(_config_value(config, "vocab_size") or self._vocab.size)
+        n_ctx = options.ctx_size or _config_value(config, "max_position_embeddings")
+        if not n_ctx:
+            raise ValueError(f"{path} does not say its context length: pass -c/--ctx-size")
+        self._n_ctx_seq = int(n_ctx) // options.parallel
+        self._chat_template = self._vocab.chat_template()
+        self._generation_config = _read_generation_config(path)
+        if self._call(mx.default_device).type == mx.DeviceType.cpu:
+            logger.warning(
+                "MLX runs on the CPU here, 20-100x slower than llama.cpp: "
+                "serve a GGUF of this model for speed"
+            )
+
+    def _call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return self._worker.submit(function, *args, **kwargs).result()
+
+    @property
+    def n_ctx_seq(self) -> int:
+        return self._n_ctx_seq
+
+    @property
+    def n_vocab(self) -> int:
+        return self._n_vocab
+
+    @property
+    def n_slots(self) -> int:
+        return self._n_slots
+
+    @property
+    def max_feed_tokens(self) -> int:
+        return self._max_feed
+
+    @property
+    def chat_template(self) -> ChatTemplate | None:
+        return self._chat_template
+
+    @property
+    def generation_config(self) -> Mapping[str, float]:
+        return self._generation_config
+
+    @property
+    def add_bos(self) -> bool:
+        return self._vocab.add_bos
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        return self._vocab.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        return self._vocab.token_bytes(token, special=special)
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return token in self._vocab.end_of_generation
+
+    def _dry(self, params: SamplingParams) -> Dry | None:
+        if params.dry_multiplier <= 0 or params.dry_penalty_last_n == 0:
+            return None
+        breakers = params.dry_sequence_breakers
+        if breakers not in self._breakers:
+            if len(self._breakers) >= _MAX_BREAKER_SETS:
+                self._breakers.clear()
+            self._breakers[breakers] = self._vocab.tokens_containing(breakers)
+        last_n = self._n_ctx_seq if params.dry_penalty_last_n < 0 else params.dry_penalty_last_n
+        return Dry(
+            params.dry_multiplier,
+            params.dry_base,
+            params.dry_allowed_length,
+            last_n,
+            self._breakers[breakers],
+        )
+
+    def open_slot(self, slot: int, params: SamplingParams, *, reuse: int = 0) -> None:
+        dry = self._dry(params)
+        self._call(self._open, slot, params, dry, reuse)
+
+    def _open(self, slot: int, params: SamplingParams, dry: Dry | None, reuse: int) -> None:
+        state = self._kept_prefix(slot, reuse)
+        state.sampler = SlotSampler(
+            params,
+            n_vocab=self._n_vocab,
+            end_of_generation=sorted(self._vocab.end_of_generation),
+            dry=dry,
+        )
+        self._slots[slot] = state
+
+    def _kept_prefix(self, slot: int, reuse: int) -> _Slot:
+        """The slot's KV state cut back to its first `reuse` tokens."""
+        state = self._slots.get(slot)
+        if state is None or reuse == 0:
+            return _Slot(make_prompt_cache(self._model))
+        extra = len(state.tokens) - reuse
+        if extra > 0 and can_trim_prompt_cache(state.cache):
+            trim_prompt_cache(state.cache, extra)
+        elif extra > 0:
+            # Recurrent and sliding-window caches cannot drop tokens: evaluate the prefix again.
+            prefix = state.tokens[:reuse]
+            state = _Slot(make_prompt_cache(self._model))
+            self._fill(state, prefix)
+        del state.tokens[reuse:]
+        return state
+
+    def close_slot(self, slot: int) -> None:
+        self._call(self._drop_sampler, slot)
+
+    def _drop_sampler(self, slot: int) -> None:
+        # The KV state stays: the next request may begin with the same tokens.
+        state = self._slots.get(slot)
+        if state is not None:
+            state.sampler = None
+
+    def step(self, feeds: Sequence[Feed]) -> list[Sample | None]:
+        return self._call(self._step, feeds)
+
+    def _step(self, feeds: Sequence[Feed]) -> list[Sample | None]:
+        return [self._feed(feed) for feed in feeds]
+
+    def _fill(self, state: _Slot, tokens: list[int]) -> None:
+        """Evaluate `tokens` into the KV cache only; MLX's lazy graph skips their logits."""
+        if tokens:
+            self._model(mx.array(tokens)[None], cache=state.cache)
+            mx.eval([c.state for c in state.cache])
+            state.tokens += tokens
+
+    def _feed(self, feed: Feed) -> Sample | None:
+        state = self._slots[feed.slot]
+        tokens = list(feed.tokens)
+        if not feed.sample:
+            self._fill(state, tokens)
+            return None
+        # The output projection over the whole vocabulary is paid for the last token only.
+        self._fill(state, tokens[:-1])
+        logits = self._model(mx.array(tokens[-1:])[None], cache=state.cache)
+        state.tokens += tokens[-1:]
+        if state.sampler is None:
+            raise RuntimeError(f"slot {feed.slot} was fed without being opened")
+        return state.sampler.sample(logits[0, -1])
+
+    def warm_up(self) -> None:
+        """Run one token through the model so the first request does not pay for compiling."""
+        self.open_slot(0, SamplingParams(max_tokens=1, temperature=0, top_p=1, top_k=0, min_p=0))
+        self.step([Feed(0, self.tokenize("a", add_special=True, parse_special=False), True)])
+        # Forget slot 0's KV state: the engine believes every slot starts out empty.
+        self._call(self._slots.pop, 0, None)
+
+    def close(self) -> None:
+        self._call(self._release)
+        self._worker.shutdown(wait=True)
+
+    def _release(self) -> None:
+        self._slots.clear()
+        del self._model
+        mx.clear_streams()

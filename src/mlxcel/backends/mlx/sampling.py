@@ -1,0 +1,158 @@
+"""One sequence's sampling on MLX, in llama-server's order, with a random key of its own."""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Sequence
+from typing import cast
+
+import mlx.core as mx
+from mlx_lm.sample_utils import (
+    LogitsProcessor,
+    apply_top_k,
+    apply_top_p,
+    make_logits_processors,
+)
+
+from mlxcel.backends.mlx.dry import Dry
+from mlxcel.engine.types import Sample, SamplingParams
+
+# OpenAI's logit_bias of -100 means "never": make it so whatever the other logits are.
+_BIAS_LIMIT = 100.0
+
+
+def _log_softmax(logits: mx.array) -> mx.array:
+    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+
+
+def _min_p(logprobs: mx.array, min_p: float) -> mx.array:
+    """Keep the tokens at least `min_p` times as likely as the most likely one."""
+    # Not mlx-lm's compiled apply_min_p: on a CPU it JIT-compiles a new kernel, for most of a
+    # second, for every new min_p value a request brings.
+    floor = mx.max(logprobs, axis=-1, keepdims=True) + math.log(min_p)
+    return mx.where(logprobs < floor, -mx.inf, logprobs)
+
+
+def _typical(logits: mx.array, mass: float) -> mx.array:
+    """Locally typical sampling: keep the tokens nearest the entropy, `mass` of them."""
+    logprobs = _log_softmax(logits)
+    probs = mx.exp(logprobs)
+    entropy = -mx.sum(mx.where(probs > 0, probs * logprobs, 0), axis=-1, keepdims=True)
+    order = mx.argsort(mx.abs(-logprobs - entropy), axis=-1)
+    cumulative = mx.cumsum(mx.take_along_axis(probs, order, axis=-1), axis=-1)
+    keep = mx.sum(cumulative < mass, axis=-1, keepdims=True) + 1
+    ranks = mx.argsort(order, axis=-1)
+    return mx.where(ranks < keep, logits, -mx.inf)
+
+
+def _xtc(logits: mx.array, threshold: float) -> mx.array:
+    """Exclude top choices: drop every token above `threshold` but the least likely of them."""
+    probs = mx.softmax(logits, axis=-1)
+    above = probs >= threshold
+    floor = mx.min(mx.where(above, probs, mx.inf), axis=-1, keepdims=True)
+    drop = above & (probs > floor)
+    return mx.where(drop, -mx.inf, logits)
+
+
+def _top_logprobs(logprobs: mx.array, n: int) -> tuple[tuple[int, float], ...]:
+    best = mx.argpartition(-logprobs, kth=n - 1)[:n]
+    values = logprobs[best]
+    order = mx.argsort(-values)
+    return tuple(
+        zip(best[order].tolist(), values[order].tolist(), strict=True)  # type: ignore[arg-type]
+    )
+
+
+def _processors(params: SamplingParams) -> list[LogitsProcessor]:
+    """mlx-lm's logit bias and penalties, over the last `repeat_last_n` generated tokens."""
+    bias = {t: -mx.inf if b <= -_BIAS_LIMIT else b for t, b in params.logit_bias}
+    # llama.cpp reads a window of 0 as "no penalties"; mlx-lm would read it as "all tokens".
+    window = params.repeat_last_n
+    return make_logits_processors(
+        logit_bias=bias or None,
+        repetition_penalty=params.repeat_penalty if window and params.repeat_penalty != 1 else None,
+        repetition_context_size=window,
+        presence_penalty=params.presence_penalty if window else None,
+        presence_context_size=window,
+        frequency_penalty=params.frequency_penalty if window else None,
+        frequency_context_size=window,
+    )
+
+
+class SlotSampler:
+    """Logit bias, penalties, DRY, then greedy or top-k/typical/top-p/min-p/XTC/temperature."""
+
+    def __init__(
+        self,
+        params: SamplingParams,
+        *,
+        n_vocab: int,
+        end_of_generation: Sequence[int],
+        dry: Dry | None,
+    ) -> None:
+        self._params = params
+        self._n_vocab = n_vocab
+        self._dry = dry
+        self.generated: list[int] = []
+        seed = secrets.randbits(64) if params.seed is None else params.seed % 2**64
+        self._key = mx.random.key(seed)
+        banned = (
+            end_of_generation if params.ignore_eos else [*end_of_generation, *params.stop_token_ids]
+        )
+        self._banned = mx.array(sorted(set(banned))) if banned else None
+        self._processors = _processors(params)
+
+    def _banning(self) -> bool:
+        params = self._params
+        return params.ignore_eos or len(self.generated) < params.min_tokens
+
+    def _process(self, logits: mx.array) -> mx.array:
+        history = mx.array(self.generated, dtype=mx.int32)
+        for processor in self._processors:
+            logits = processor(history, logits)
+        if self._banned is not None and self._banning():
+            logits = logits.at[:, self._banned].add(-mx.inf)
+        if self._dry is not None and self.generated:
+            penalties = self._dry.penalties(self.generated)
+            if penalties:
+                ids = mx.array(list(penalties))
+                logits = logits.at[:, ids].subtract(mx.array(list(penalties.values())))
+        return logits
+
+    def _choose(self, logits: mx.array) -> mx.array:
+        params = self._params
+        if params.temperature <= 0:
+            return mx.argmax(logits, axis=-1)
+        self._key, xtc_key, draw_key = mx.random.split(self._key, 3)
+        logprobs = _log_softmax(logits)
+        if 0 < params.top_k < self._n_vocab:
+            logprobs = apply_top_k(logprobs, params.top_k)
+        if params.typical_p < 1:
+            logprobs = _typical(logprobs, params.typical_p)
+        if params.top_p < 1:
+            logprobs = apply_top_p(logprobs, params.top_p)
+        if params.min_p > 0:
+            logprobs = _min_p(logprobs, min(params.min_p, 1.0))
+        if params.xtc_probability > 0 and params.xtc_threshold <= 0.5:
+            chance = mx.random.uniform(key=xtc_key)
+            logprobs = mx.where(
+                chance < params.xtc_probability, _xtc(logprobs, params.xtc_threshold), logprobs
+            )
+        return mx.random.categorical(logprobs * (1 / params.temperature), key=draw_key)
+
+    def sample(self, logits: mx.array) -> Sample:
+        """Pick the next token from one position's raw logits (shape [vocab])."""
+        raw = logits.astype(mx.float32)[None]
+        # The model's own log-probabilities, before any sampler reshapes them.
+        logprobs = _log_softmax(raw)[0]
+        choice = self._choose(self._process(raw))
+        top_n = self._params.logprobs
+        if top_n is not None:
+            mx.eval(choice, logprobs)
+        token = cast(int, choice.item())
+        self.generated.append(token)
+        if top_n is None:
+            return Sample(token)
+        top = _top_logprobs(logprobs, min(top_n, self._n_vocab)) if top_n > 0 else ()
+        return Sample(token, cast(float, logprobs[token].item()), top)

@@ -1,0 +1,169 @@
+"""A tiny random-weight model in the on-disk format mlx-lm loads, built offline for the tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors.numpy import save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+VOCAB_SIZE = 768
+HIDDEN = 64
+HEADS = 4
+KV_HEADS = 2
+HEAD_DIM = HIDDEN // HEADS
+LAYERS = 2
+INTERMEDIATE = 128
+MAX_POSITIONS = 8192
+
+WORDS = """
+the a an and or but if then when while of to in on at by for with from about over under
+cat dog bird fish horse dragon king queen child story apple banana orange bread water fire
+sat ran flew swam told said asked answered found lost made gave took saw heard knew thought
+red green blue yellow small large old young happy sad quick slow bright dark warm cold
+one two three four five six seven eight nine ten first last next every some many few
+house tree river mountain city road garden window door table book letter song word name
+Paris London Berlin Rome Madrid Tokyo model server token request answer question hello
+is was are were be been has have had do does did will would can could should may might
+""".strip()
+
+# Qwen's ChatML template, trimmed to what the tests use.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def _corpus() -> list[str]:
+    """Sentences from a fixed word list: the tokenizer, and so the model, never drift."""
+    rng = np.random.default_rng(1234)
+    words = WORDS.split()
+    lines = [", ".join(str(i) for i in range(1, 200))]
+    for _ in range(3000):
+        sentence = " ".join(rng.choice(words, size=int(rng.integers(4, 14))))
+        lines.append(sentence.capitalize() + rng.choice([".", "!", "?", ":", ";"]))
+    return lines
+
+
+def _train_tokenizer() -> Tokenizer:
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_corpus(), trainer=trainer)
+    return tokenizer
+
+
+def _tokenizer_config(tokenizer: Tokenizer) -> dict[str, Any]:
+    added = {
+        str(tokenizer.token_to_id(t)): {
+            "content": t,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "single_word": False,
+            "special": True,
+        }
+        for t in SPECIAL_TOKENS
+    }
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "added_tokens_decoder": added,
+        "bos_token": None,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "model_max_length": MAX_POSITIONS,
+        "chat_template": CHAT_TEMPLATE,
+    }
+
+
+def _model_config(architecture: str, vocab: int) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "architectures": ["Qwen3ForCausalLM" if architecture == "qwen3" else "LlamaForCausalLM"],
+        "model_type": architecture,
+        "hidden_size": HIDDEN,
+        "intermediate_size": INTERMEDIATE,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": MAX_POSITIONS,
+        "vocab_size": vocab,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+    }
+    return config
+
+
+def _weights(architecture: str, vocab: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+
+    def normal(*shape: int, scale: float) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    def norm(size: int) -> np.ndarray:
+        return (1.0 + rng.standard_normal(size) * 0.1).astype(np.float32)
+
+    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    # Large output weights make the logits spread out, so greedy text varies and
+    # penalties of a few logits visibly change it.
+    weights = {
+        "model.embed_tokens.weight": normal(vocab, HIDDEN, scale=1.0),
+        "model.norm.weight": norm(HIDDEN),
+        "lm_head.weight": normal(vocab, HIDDEN, scale=0.3),
+    }
+    shapes = {
+        "self_attn.q_proj": (q, HIDDEN),
+        "self_attn.k_proj": (kv, HIDDEN),
+        "self_attn.v_proj": (kv, HIDDEN),
+        "self_attn.o_proj": (HIDDEN, q),
+        "mlp.gate_proj": (INTERMEDIATE, HIDDEN),
+        "mlp.up_proj": (INTERMEDIATE, HIDDEN),
+        "mlp.down_proj": (HIDDEN, INTERMEDIATE),
+    }
+    for layer in range(LAYERS):
+        prefix = f"model.layers.{layer}."
+        for name, (rows, cols) in shapes.items():
+            weights[f"{prefix}{name}.weight"] = normal(rows, cols, scale=cols**-0.5)
+        weights[prefix + "input_layernorm.weight"] = norm(HIDDEN)
+        weights[prefix + "post_attention_layernorm.weight"] = norm(HIDDEN)
+        if architecture == "qwen3":
+            weights[prefix + "self_attn.q_norm.weight"] = norm(HEAD_DIM)
+            weights[prefix + "self_attn.k_norm.weight"] = norm(HEAD_DIM)
+    return weights
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2))
+
+
+def build_model(target: Path, architecture: str = "llama", seed: int = 0) -> Path:
+    """Write a tiny `architecture` ("llama" or "qwen3") model into `target`; return it."""
+    target.mkdir(parents=True, exist_ok=True)
+    tokenizer = _train_tokenizer()
+    tokenizer.save(str(target / "tokenizer.json"))
+    vocab = tokenizer.get_vocab_size()
+    _write_json(target / "tokenizer_config.json", _tokenizer_config(tokenizer))
+    _write_json(target / "config.json", _model_config(architecture, vocab))
+    eos = [tokenizer.token_to_id("<|im_end|>"), tokenizer.token_to_id("<|endoftext|>")]
+    _write_json(
+        target / "generation_config.json",
+        {"eos_token_id": eos, "temperature": 0.7, "top_p": 0.9, "top_k": 30},
+    )
+    save_file(
+        _weights(architecture, vocab, seed), str(target / "model.safetensors"), {"format": "pt"}
+    )
+    return target
