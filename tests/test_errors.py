@@ -122,14 +122,13 @@ def test_prompt_longer_than_context(http: httpx.Client) -> None:
     long_prompt = "word " * 5000
     response = http.post("/v1/completions", json={"prompt": long_prompt, "max_tokens": 1})
     error = assert_envelope(response, 400, "invalid_request_error")
-    assert error["code"] == "context_length_exceeded"
+    assert (error["code"], error["param"]) == ("context_length_exceeded", "prompt")
     response = http.post(
         "/v1/chat/completions",
         json={"messages": [{"role": "user", "content": long_prompt}], "stream": True},
     )
-    assert assert_envelope(response, 400, "invalid_request_error")["code"] == (
-        "context_length_exceeded"
-    )
+    error = assert_envelope(response, 400, "invalid_request_error")
+    assert (error["code"], error["param"]) == ("context_length_exceeded", "messages")
 
 
 def test_body_too_large(http: httpx.Client) -> None:

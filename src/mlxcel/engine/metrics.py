@@ -2,72 +2,92 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 class EngineMetrics:
-    """Counters and histograms every model's scheduler updates from its engine thread."""
+    """The metric families; `bind` gives one model's children."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        label = ["model"]
-        self.running = Gauge(
-            "mlxcel_requests_running", "Sequences in the batch", label, registry=registry
-        )
-        self.waiting = Gauge(
-            "mlxcel_requests_waiting", "Requests queued for a slot", label, registry=registry
-        )
-        self.rejected = Counter(
-            "mlxcel_requests_rejected",
-            "Requests refused with 503 (queue full or queue timeout)",
-            [*label, "reason"],
-            registry=registry,
-        )
-        self.finished = Counter(
-            "mlxcel_requests_finished", "Requests finished", [*label, "reason"], registry=registry
-        )
-        self.prompt_tokens = Counter(
-            "mlxcel_prompt_tokens", "Prompt tokens received", label, registry=registry
-        )
-        self.generated_tokens = Counter(
-            "mlxcel_generation_tokens", "Tokens generated", label, registry=registry
-        )
-        self.cached_tokens = Counter(
-            "mlxcel_prefix_cache_tokens",
-            "Prompt tokens reused from the prefix cache",
-            label,
-            registry=registry,
-        )
-        self.cache_hits = Counter(
-            "mlxcel_prefix_cache_hits",
-            "Requests that reused a cached prefix",
-            label,
-            registry=registry,
-        )
-        self.cache_queries = Counter(
-            "mlxcel_prefix_cache_queries",
-            "Requests that looked up the prefix cache",
-            label,
-            registry=registry,
-        )
-        self.cache_hit_ratio = Gauge(
-            "mlxcel_prefix_cache_hit_ratio",
-            "Prefix cache hits per lookup",
-            label,
-            registry=registry,
-        )
-        self.ttft = Histogram(
-            "mlxcel_time_to_first_token_seconds",
-            "Time from arrival to the first token",
-            label,
-            buckets=_LATENCY_BUCKETS,
-            registry=registry,
-        )
-        self.itl = Histogram(
-            "mlxcel_inter_token_latency_seconds",
-            "Time between a sequence's tokens",
-            label,
-            buckets=_LATENCY_BUCKETS,
-            registry=registry,
-        )
+        def family(kind: type, name: str, doc: str, *extra: str) -> Any:
+            return kind(name, doc, ["model", *extra], registry=registry)
+
+        def histogram(name: str, doc: str) -> Histogram:
+            return Histogram(name, doc, ["model"], buckets=_LATENCY_BUCKETS, registry=registry)
+
+        self.families: dict[str, Any] = {
+            "running": family(Gauge, "mlxcel_requests_running", "Sequences in the batch"),
+            "waiting": family(Gauge, "mlxcel_requests_waiting", "Requests queued for a slot"),
+            "rejected": family(
+                Counter, "mlxcel_requests_rejected", "Requests refused with 503", "reason"
+            ),
+            "finished": family(Counter, "mlxcel_requests_finished", "Requests finished", "reason"),
+            "prompt": family(Counter, "mlxcel_prompt_tokens", "Prompt tokens received"),
+            "generated": family(Counter, "mlxcel_generation_tokens", "Tokens generated"),
+            "cached": family(
+                Counter, "mlxcel_prefix_cache_tokens", "Prompt tokens reused from the prefix cache"
+            ),
+            "hits": family(Counter, "mlxcel_prefix_cache_hits", "Requests that reused a prefix"),
+            "queries": family(
+                Counter, "mlxcel_prefix_cache_queries", "Requests that looked up the prefix cache"
+            ),
+            "hit_ratio": family(Gauge, "mlxcel_prefix_cache_hit_ratio", "Hits per lookup"),
+            "ttft": histogram(
+                "mlxcel_time_to_first_token_seconds", "Time from arrival to the first token"
+            ),
+            "itl": histogram("mlxcel_inter_token_latency_seconds", "Time between tokens"),
+        }
+
+    def bind(self, model: str) -> ModelMetrics:
+        """One model's metrics, labelled once so the engine's hot path does no lookups."""
+        return ModelMetrics(self, model)
+
+
+class ModelMetrics:
+    """What one model's scheduler records, from its engine thread."""
+
+    def __init__(self, metrics: EngineMetrics, model: str) -> None:
+        f = metrics.families
+        self._model = model
+        self._rejected, self._finished = f["rejected"], f["finished"]
+        self._running, self._waiting = f["running"].labels(model), f["waiting"].labels(model)
+        self._prompt, self._cached = f["prompt"].labels(model), f["cached"].labels(model)
+        self._hits, self._queries = f["hits"].labels(model), f["queries"].labels(model)
+        self._hit_ratio = f["hit_ratio"].labels(model)
+        self._generated = f["generated"].labels(model)
+        self._ttft, self._itl = f["ttft"].labels(model), f["itl"].labels(model)
+        self._lookups = 0
+        self._cache_hits = 0
+
+    def admitted(self, prompt_tokens: int, cached_tokens: int) -> None:
+        """A request got a slot, reusing `cached_tokens` of its prompt."""
+        self._lookups += 1
+        self._cache_hits += cached_tokens > 0
+        self._prompt.inc(prompt_tokens)
+        self._queries.inc()
+        self._cached.inc(cached_tokens)
+        if cached_tokens:
+            self._hits.inc()
+        self._hit_ratio.set(self._cache_hits / self._lookups)
+
+    def token(self, first: bool, seconds: float) -> None:
+        """A token was generated `seconds` after arrival (first) or after the previous one."""
+        (self._ttft if first else self._itl).observe(seconds)
+        self._generated.inc()
+
+    def load(self, running: int, waiting: int) -> None:
+        """How many sequences run and how many requests wait."""
+        self._running.set(running)
+        self._waiting.set(waiting)
+
+    def rejected(self, reason: str) -> None:
+        """A request was refused with 503."""
+        self._rejected.labels(self._model, reason).inc()
+
+    def finished(self, reason: str) -> None:
+        """A request ended (stop, length, cancelled, error)."""
+        self._finished.labels(self._model, reason).inc()

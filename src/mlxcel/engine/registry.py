@@ -6,6 +6,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
 from mlxcel.config import ServerConfig
 from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.engine.sampling import SamplingDefaults, model_defaults
@@ -112,7 +114,13 @@ def load_text_model(config: ServerConfig, metrics: EngineMetrics | None = None) 
     backend = choose_backend(config.model, config.backend)
     generator = _open_mlx(config) if backend == "mlx" else _open_llamacpp(config)
     limits = SchedulerLimits(config.queue_size, config.queue_timeout)
-    scheduler = Scheduler(generator, limits=limits, name=config.served_name, metrics=metrics)
+    engine_metrics = metrics or EngineMetrics(CollectorRegistry())
+    scheduler = Scheduler(
+        generator,
+        limits=limits,
+        name=config.served_name,
+        metrics=engine_metrics.bind(config.served_name),
+    )
     scheduler.start()
     logger.info(
         "serving %s as '%s' (context %d per sequence, %d parallel)",

@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from mlxcel.engine.metrics import EngineMetrics
+from mlxcel.engine.metrics import ModelMetrics
 from mlxcel.engine.slots import SlotPool, SlotState
 from mlxcel.engine.text import IncrementalText, StopMatcher
 from mlxcel.engine.types import (
@@ -112,18 +112,15 @@ class Scheduler:
         *,
         limits: SchedulerLimits,
         name: str,
-        metrics: EngineMetrics | None = None,
+        metrics: ModelMetrics,
     ) -> None:
         self._generator = generator
         self._limits = limits
-        self._name = name
         self._metrics = metrics
         self._waiting: deque[_Job] = deque()
         self._wakeup = threading.Condition()
         self._pool = SlotPool(generator.n_slots)
         self._running: list[_Running] = []
-        self._lookups = 0
-        self._hits = 0
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=f"engine-{name}", daemon=True)
 
@@ -143,7 +140,7 @@ class Scheduler:
         handle = RequestHandle(request_id, asyncio.get_running_loop())
         with self._wakeup:
             if len(self._waiting) >= self._limits.queue_size + self._pool.free_count:
-                self._count_rejected("queue_full")
+                self._metrics.rejected("queue_full")
                 raise EngineError("the server is busy: request queue is full", "server_busy")
             self._waiting.append(_Job(handle, prompt, params))
             self._wakeup.notify()
@@ -181,7 +178,7 @@ class Scheduler:
                     return None
                 self._waiting.popleft()
                 if expired:
-                    self._count_rejected("queue_timeout")
+                    self._metrics.rejected("queue_timeout")
                     message = f"the request waited more than {timeout:g}s for a slot"
                     job.handle.deliver(
                         TokenEvent("", (), error=EngineError(message, "server_busy"))
@@ -207,27 +204,12 @@ class Scheduler:
         self._update_gauges()
 
     def _on_admitted(self, job: _Job, cached: int) -> None:
-        self._lookups += 1
-        self._hits += cached > 0
         if cached:
             logger.info("[%s] reusing %d cached prompt tokens", job.handle.request_id, cached)
-        if self._metrics is not None:
-            m, name = self._metrics, self._name
-            m.prompt_tokens.labels(name).inc(len(job.prompt))
-            m.cache_queries.labels(name).inc()
-            m.cached_tokens.labels(name).inc(cached)
-            if cached:
-                m.cache_hits.labels(name).inc()
-            m.cache_hit_ratio.labels(name).set(self._hits / self._lookups)
+        self._metrics.admitted(len(job.prompt), cached)
 
     def _update_gauges(self) -> None:
-        if self._metrics is not None:
-            self._metrics.running.labels(self._name).set(len(self._running))
-            self._metrics.waiting.labels(self._name).set(len(self._waiting))
-
-    def _count_rejected(self, reason: str) -> None:
-        if self._metrics is not None:
-            self._metrics.rejected.labels(self._name, reason).inc()
+        self._metrics.load(len(self._running), len(self._waiting))
 
     def _drop_cancelled(self) -> None:
         for running in [r for r in self._running if r.job.handle.cancelled]:
@@ -266,12 +248,8 @@ class Scheduler:
 
     def _observe_latency(self, running: _Running) -> None:
         now = time.monotonic()
-        if self._metrics is not None:
-            if running.generated == 0:
-                self._metrics.ttft.labels(self._name).observe(now - running.job.arrived)
-            else:
-                self._metrics.itl.labels(self._name).observe(now - running.last_time)
-            self._metrics.generated_tokens.labels(self._name).inc()
+        first = running.generated == 0
+        self._metrics.token(first, now - (running.job.arrived if first else running.last_time))
         running.last_time = now
 
     def _on_token(self, running: _Running, sample: Sample) -> None:
@@ -329,8 +307,7 @@ class Scheduler:
 
     def _release(self, running: _Running, reason: str) -> None:
         self._running.remove(running)
-        if self._metrics is not None:
-            self._metrics.finished.labels(self._name, reason).inc()
+        self._metrics.finished(reason)
         try:
             self._generator.close_slot(running.slot)
         finally:

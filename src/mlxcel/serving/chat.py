@@ -43,7 +43,7 @@ def prepare_chat(
     """One generation per requested choice, sampling resolved."""
     prompt = chat_prompt(model, request)
     return prepare_choices(
-        model, new_id("chatcmpl"), [prompt], request, request.token_limit(), n_predict
+        model, new_id("chatcmpl"), [prompt], request, request.token_limit(), n_predict, "messages"
     )
 
 

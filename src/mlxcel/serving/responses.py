@@ -43,7 +43,7 @@ def prepare_response(
     tools = [] if request.tool_choice == "none" else request.function_tools()
     prompt = prompt_tokens(model.generator, [*system, *messages], [chat_tool(t) for t in tools])
     generation = prepare(
-        model, response_id("resp"), prompt, request, request.max_output_tokens, n_predict
+        model, response_id("resp"), prompt, request, request.max_output_tokens, n_predict, "input"
     )
     return ResponseRun(generation, request, messages, response_id("msg"))
 

@@ -78,6 +78,7 @@ def prepare(
     request: SamplingFields,
     token_limit: int | None,
     n_predict: int,
+    prompt_param: str = "prompt",
 ) -> Generation:
     """Check the prompt fits the context and resolve sampling."""
     unsupported = request.unsupported()
@@ -94,7 +95,7 @@ def prepare(
         raise invalid_request(
             f"the prompt has {len(prompt)} tokens but the context holds {n_ctx} "
             "(including the answer); shorten it or start the server with a larger -c",
-            "messages",
+            prompt_param,
             "context_length_exceeded",
         )
     check_vocabulary(model.generator, prompt, "prompt")
@@ -119,11 +120,12 @@ def prepare_choices(
     request: SamplingFields,
     token_limit: int | None,
     n_predict: int,
+    prompt_param: str = "prompt",
 ) -> list[Generation]:
     """`n` generations per prompt, indexed as OpenAI does; a set seed gives each its own."""
     generations = []
     for prompt_index, prompt in enumerate(prompts):
-        base = prepare(model, request_id, prompt, request, token_limit, n_predict)
+        base = prepare(model, request_id, prompt, request, token_limit, n_predict, prompt_param)
         for i in range(request.n):
             seed = None if base.params.seed is None else base.params.seed + i
             generations.append(
@@ -221,6 +223,11 @@ async def stream_all(generations: list[Generation]) -> AsyncIterator[tuple[int, 
         for handle in handles:
             handle.cancel()
         raise
+    if len(handles) == 1:
+        # One choice (the common case) needs no merging: no task and no extra queue hop.
+        async for event in events(handles[0]):
+            yield 0, event
+        return
     queue: asyncio.Queue[tuple[int, TokenEvent | BaseException]] = asyncio.Queue()
     tasks = [asyncio.ensure_future(_pump(i, h, queue)) for i, h in enumerate(handles)]
     try:
