@@ -10,6 +10,9 @@ import pytest
 
 from tests.server_process import ServerProcess
 
+# The tiny random-weight MLX models the tests build (tests/mlx_model.py).
+LLAMA_DIR = "tiny-llama-0.1"
+
 
 def start(tmp: Path, *args: str, **kwargs: object) -> ServerProcess:
     """Start a server, logging to a file under `tmp`, and wait until it is ready."""
@@ -34,3 +37,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 def client(server: ServerProcess) -> openai.OpenAI:
     """The official OpenAI client pointed at the TCP server."""
     return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with tiny random-weight MLX models: a Llama and a Qwen3."""
+    from tests.mlx_model import build_model
+
+    root = tmp_path_factory.mktemp("mlx-models")
+    build_model(root / LLAMA_DIR, "llama")
+    build_model(root / "tiny-qwen3", "qwen3", seed=1)
+    return root

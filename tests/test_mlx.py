@@ -23,25 +23,15 @@ from mlxcel import weights
 from mlxcel.backends.mlx.dry import Dry
 from mlxcel.backends.mlx.vocab import Vocabulary
 from tests._client_util import default_gguf
-from tests.conftest import start
-from tests.mlx_model import build_model
+from tests.conftest import LLAMA_DIR, start
 from tests.server_process import MLXCEL, ServerProcess
 
 pytestmark = pytest.mark.slow
 
-LLAMA_DIR = "tiny-llama-0.1"
 HUB_ID = "tiny-org/tiny-qwen3"
 STORY = [{"role": "user", "content": "Tell me a story about a cat."}]
 # Greedy and to the limit, so two requests are comparable token for token.
 FIXED = {"temperature": 0, "extra_body": {"ignore_eos": True}}
-
-
-@pytest.fixture(scope="session")
-def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("mlx-models")
-    build_model(root / LLAMA_DIR, "llama")
-    build_model(root / "tiny-qwen3", "qwen3", seed=1)
-    return root
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,170 @@
+"""One SDK script's worth of fields, run against both engines (llama.cpp and MLX).
+
+The llama.cpp server runs the real default model, the MLX one a tiny random-weight model, so
+every check here is about structure and behaviour that holds for any model, never words.
+Fields whose effect needs a real model's habits are shown per engine in test_fields.py and
+test_mlx.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.conftest import LLAMA_DIR, start
+from tests.server_process import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+STORY = [{"role": "user", "content": "Tell me a story about a cat."}]
+GREEDY = {"temperature": 0, "extra_body": {"ignore_eos": True}}
+
+
+@pytest.fixture(scope="module", params=["llamacpp", "mlx"])
+def engine(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    tmp = tmp_path_factory.mktemp(request.param)
+    if request.param == "mlx":
+        pytest.importorskip("mlx_lm")
+        models: Path = request.getfixturevalue("models")
+        args = ("-m", str(models / LLAMA_DIR), "--backend", "mlx", "-c", "2048")
+    else:
+        args = ("-c", "2048")
+    proc = start(tmp, *args)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def client(engine: ServerProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=engine.base_url, api_key="x", max_retries=0)
+
+
+def token_ids(engine: ServerProcess, text: str) -> list[int]:
+    with engine.http() as http:
+        return list(http.post("/tokenize", json={"content": text}).json()["tokens"])
+
+
+def complete(client: openai.OpenAI, prompt: object, **kwargs: object) -> openai.types.Completion:
+    kwargs = {"model": "default", "prompt": prompt, "max_tokens": 6, **GREEDY, **kwargs}
+    return client.completions.create(**kwargs)  # type: ignore[call-overload, no-any-return]
+
+
+def test_echo_and_every_prompt_shape(client: openai.OpenAI, engine: ServerProcess) -> None:
+    text = "The cat sat on the"
+    plain = complete(client, text).choices[0].text
+    assert complete(client, text, echo=True).choices[0].text == text + plain
+    ids = token_ids(engine, text)
+    assert complete(client, ids).choices[0].text == plain
+    many = complete(client, [text, "Once upon a time"], n=2)
+    assert [c.index for c in many.choices] == [0, 1, 2, 3]
+    assert many.choices[0].text == many.choices[1].text == plain
+    assert [c.text for c in complete(client, [ids, ids]).choices] == [plain, plain]
+
+
+def test_stop_token_ids_and_include_stop_str(client: openai.OpenAI, engine: ServerProcess) -> None:
+    forced = token_ids(engine, " cat")[-1]
+    stopped = complete(
+        client, "Hello", extra_body={"logit_bias": {str(forced): 100}, "stop_token_ids": [forced]}
+    )
+    assert stopped.choices[0].finish_reason == "stop"
+    assert stopped.choices[0].text == ""
+    text = complete(client, "Hello", max_tokens=12).choices[0].text
+    stop = text[len(text) // 2 : len(text) // 2 + 2]
+    kept = (
+        complete(
+            client,
+            "Hello",
+            max_tokens=12,
+            stop=[stop],
+            extra_body={"ignore_eos": True, "include_stop_str_in_output": True},
+        )
+        .choices[0]
+        .text
+    )
+    cut = complete(client, "Hello", max_tokens=12, stop=[stop]).choices[0].text
+    assert kept == text[: text.index(stop) + len(stop)]
+    assert cut == text[: text.index(stop)]
+
+
+def test_chat_template_controls(client: openai.OpenAI) -> None:
+    def prompt_tokens(**extra: object) -> int:
+        response = client.chat.completions.create(
+            model="default",
+            messages=[
+                {"role": "user", "content": "What is the capital of France?"},
+                {"role": "assistant", "content": "The capital of France is"},
+            ],
+            max_tokens=2,
+            temperature=0,
+            extra_body=extra,
+        )
+        assert response.usage is not None
+        return response.usage.prompt_tokens
+
+    full = prompt_tokens()
+    without = prompt_tokens(add_generation_prompt=False)
+    assert prompt_tokens(add_generation_prompt=False, continue_final_message=True) < without < full
+    assert prompt_tokens(chat_template_kwargs={"enable_thinking": False}) == full
+
+
+def test_responses_api(client: openai.OpenAI) -> None:
+    first = client.responses.create(
+        model="default",
+        input="Tell me a story.",
+        instructions="Be brief.",
+        max_output_tokens=8,
+        temperature=0,
+    )
+    assert first.status in ("completed", "incomplete") and first.usage is not None
+    assert client.responses.retrieve(first.id).id == first.id
+    events = list(
+        client.responses.create(model="default", input="Hi", max_output_tokens=6, stream=True)
+    )
+    assert events[0].type == "response.created"
+    assert events[-1].type in ("response.completed", "response.incomplete")
+    numbers = [e.sequence_number for e in events]
+    assert numbers == sorted(set(numbers))
+    follow = client.responses.create(
+        model="default", input="And then?", previous_response_id=first.id, max_output_tokens=4
+    )
+    assert follow.usage is not None
+    assert follow.usage.input_tokens > first.usage.input_tokens
+    client.responses.delete(first.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(first.id)
+
+
+def test_native_routes(client: openai.OpenAI, engine: ServerProcess) -> None:
+    with engine.http() as http:
+        ids = http.post("/tokenize", json={"content": "héllo 世界"}).json()["tokens"]
+        detok = http.post("/detokenize", json={"tokens": ids}).json()["content"]
+        assert detok == "héllo 世界"
+        native = http.post(
+            "/completion", json={"prompt": "Hello", "n_predict": 5, "ignore_eos": True}
+        ).json()
+        assert native["stop_type"] == "limit" and native["tokens_predicted"] == 5
+        prompt = http.post("/apply-template", json={"messages": STORY}).json()["prompt"]
+        assert "Tell me a story about a cat." in prompt
+        counted = http.post("/v1/chat/completions/input_tokens", json={"messages": STORY}).json()[
+            "input_tokens"
+        ]
+        assert http.get("/props").json()["default_generation_settings"]["n_ctx"] == 2048
+    used = client.chat.completions.create(model="default", messages=STORY, max_tokens=1)
+    assert used.usage is not None and counted == used.usage.prompt_tokens
+
+
+def test_errors_are_the_same_envelope(engine: ServerProcess) -> None:
+    with engine.http() as http:
+        for body, status in (
+            ({"messages": STORY, "tools": [{"type": "function"}]}, 400),
+            ({"messages": STORY, "model": "nope"}, 404),
+            ({"messages": [{"role": "user", "content": "word " * 3000}]}, 400),
+        ):
+            response = http.post("/v1/chat/completions", json=body)
+            assert response.status_code == status
+            assert set(response.json()["error"]) == {"message", "type", "param", "code"}
