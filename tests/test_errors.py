@@ -51,7 +51,6 @@ def test_schema_violation_names_the_field(http: httpx.Client) -> None:
     [
         ("tools", [{"type": "function", "function": {"name": "f"}}]),
         ("tool_choice", "required"),
-        ("response_format", {"type": "json_object"}),
         ("made_up_field", 1),
     ],
 )

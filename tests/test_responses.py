@@ -334,9 +334,9 @@ def test_previous_response_id_continues_the_conversation(client: openai.OpenAI) 
             "constrained decoding",
         ),
         (
-            {"text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}},
-            "text.format",
-            "json_schema",
+            {"text": {"format": {"type": "xml"}}},
+            "text.format.type",
+            "xml",
         ),
         ({"tools": [{"type": "web_search"}]}, "tools.0.type", "web_search"),
         ({"include": ["reasoning.encrypted_content"]}, "include", "include"),

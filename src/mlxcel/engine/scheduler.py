@@ -191,17 +191,27 @@ class Scheduler:
         while (job := self._next_job()) is not None:
             with self._wakeup:
                 slot, cached = self._pool.acquire(job.prompt, job.handle.request_id)
-            try:
-                self._generator.open_slot(slot, job.params, reuse=cached)
-            except Exception as exc:
-                logger.exception("[%s] could not open a slot", job.handle.request_id)
+            error = self._open(job, slot, cached)
+            if error is not None:
                 with self._wakeup:
                     self._pool.release(slot, keep=False)
-                job.handle.deliver(TokenEvent("", (), error=EngineError(str(exc))))
+                job.handle.deliver(TokenEvent("", (), error=error))
                 continue
             self._on_admitted(job, cached)
             self._running.append(_Running(job, slot, fed=cached, cached=cached))
         self._update_gauges()
+
+    def _open(self, job: _Job, slot: int, cached: int) -> EngineError | None:
+        """Set the slot up for the job; what went wrong, if anything."""
+        try:
+            self._generator.open_slot(slot, job.params, reuse=cached)
+        except EngineError as exc:
+            logger.warning("[%s] %s", job.handle.request_id, exc)
+            return exc
+        except Exception as exc:
+            logger.exception("[%s] could not open a slot", job.handle.request_id)
+            return EngineError(str(exc))
+        return None
 
     def _on_admitted(self, job: _Job, cached: int) -> None:
         if cached:

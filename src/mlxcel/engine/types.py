@@ -39,6 +39,10 @@ class SamplingParams:
     include_stop_str: bool = False
     logprobs: int | None = None
     """None: no log-probabilities; k >= 0: the sampled token's and the k most likely."""
+    json_schema: str | None = None
+    """Output must be JSON valid against this schema (JSON text)."""
+    grammar: str | None = None
+    """Output must match this GBNF grammar (llama-server's `grammar`)."""
 
 
 @dataclass(frozen=True)

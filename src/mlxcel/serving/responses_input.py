@@ -43,9 +43,6 @@ def _unsupported(request: ResponsesRequest) -> tuple[str, str] | None:
         return "reasoning", "'reasoning' is not supported yet"
     if request.truncation == "auto":
         return "truncation", "'truncation' must be 'disabled': this server does not truncate input"
-    text_format = (request.text.format or {}) if request.text else {}
-    if text_format.get("type", "text") != "text":
-        return "text.format", f"text.format of type '{text_format.get('type')}' {_CONSTRAINED}"
     choice = request.tool_choice
     if choice == "required" or isinstance(choice, dict):
         return "tool_choice", f"tool_choice {json.dumps(choice)} {_CONSTRAINED}"

@@ -10,6 +10,8 @@ from __future__ import annotations
 from mlxcel.api.schemas.common import SamplingFields
 from mlxcel.engine.sampling import SamplingDefaults
 from mlxcel.engine.types import DRY_BREAKERS, SamplingParams
+from mlxcel.serving.errors import invalid_request
+from mlxcel.serving.structured import output_schema
 
 
 def _pick(value: float | None, default: float) -> float:
@@ -34,6 +36,9 @@ def sampling_params(
     repeat_penalty = request.repeat_penalty or request.repetition_penalty
     last_n = int(_pick(request.repeat_last_n, defaults.repeat_last_n))
     breakers = request.dry_sequence_breakers
+    schema = output_schema(request)
+    if schema is not None and request.grammar is not None:
+        raise invalid_request("set either a grammar or a JSON schema, not both", "grammar")
     return SamplingParams(
         max_tokens=max(1, min(limit, room)),
         temperature=_pick(request.temperature, defaults.temperature),
@@ -60,4 +65,6 @@ def sampling_params(
         stop_token_ids=tuple(request.stop_token_ids or ()),
         include_stop_str=request.include_stop_str_in_output,
         logprobs=request.top_logprobs_wanted(),
+        json_schema=schema,
+        grammar=request.grammar,
     )

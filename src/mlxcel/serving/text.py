@@ -144,6 +144,8 @@ def _engine_error(error: EngineError) -> APIError:
         return APIError(
             503, str(error), type="server_busy", code="server_busy", headers={"Retry-After": "1"}
         )
+    if error.code in ("unsupported_field", "invalid_grammar"):
+        return invalid_request(str(error), code=error.code)
     return APIError(500, str(error), code=error.code)
 
 

@@ -49,8 +49,6 @@ class ChatCompletionRequest(SamplingFields):
             return "tool_choice"
         if self.parallel_tool_calls:
             return "parallel_tool_calls"
-        if self.response_format and self.response_format.get("type") != "text":
-            return "response_format"
         if self.top_logprobs is not None and not self.logprobs:
             return "top_logprobs"
         if self.continue_final_message and self.add_generation_prompt:
@@ -62,6 +60,12 @@ class ChatCompletionRequest(SamplingFields):
     def top_logprobs_wanted(self) -> int | None:
         """None for no log-probabilities, else how many alternatives per token."""
         return (self.top_logprobs or 0) if self.logprobs else None
+
+    def output_format(self) -> tuple[dict[str, Any] | None, str]:
+        """response_format wins over llama-server's json_schema when both are set."""
+        if self.response_format and self.response_format.get("type", "text") != "text":
+            return self.response_format, "response_format"
+        return super().output_format()
 
     def token_limit(self) -> int | None:
         """max_completion_tokens, else the older max_tokens."""

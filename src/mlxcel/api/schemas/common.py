@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
@@ -49,6 +51,8 @@ class SamplingFields(Strict):
     ignore_eos: bool = False
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
+    json_schema: dict[str, Any] | None = None
+    grammar: str | None = None
 
     @field_validator("logit_bias")
     @classmethod
@@ -65,6 +69,12 @@ class SamplingFields(Strict):
     def top_logprobs_wanted(self) -> int | None:
         """None for no log-probabilities, else how many alternatives per token."""
         return None
+
+    def output_format(self) -> tuple[dict[str, Any] | None, str]:
+        """What constrains the output and the field it came from: a bare JSON schema for
+        llama-server's `json_schema`, an OpenAI format object for `response_format`/`text.format`.
+        """
+        return self.json_schema, "json_schema"
 
     def stop_strings(self) -> tuple[str, ...]:
         """`stop` as a tuple, whatever shape it came in."""

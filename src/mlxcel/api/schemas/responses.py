@@ -135,6 +135,12 @@ class ResponsesRequest(SamplingFields):
     include: list[str] | None = None
     reasoning: dict[str, Any] | None = None
 
+    def output_format(self) -> tuple[dict[str, Any] | None, str]:
+        """text.format constrains a response's output."""
+        if self.text and self.text.format and self.text.format.get("type", "text") != "text":
+            return self.text.format, "text.format"
+        return super().output_format()
+
     def function_tools(self) -> list[FunctionTool]:
         """The request's function tools."""
         return [tool for tool in self.tools or [] if isinstance(tool, FunctionTool)]

@@ -17,7 +17,7 @@ from mlx_lm.utils import load_model, load_tokenizer
 from mlxcel.backends.mlx.dry import Dry
 from mlxcel.backends.mlx.sampling import SlotSampler
 from mlxcel.backends.mlx.vocab import Vocabulary
-from mlxcel.engine.types import ChatTemplate, Feed, Sample, SamplingParams
+from mlxcel.engine.types import ChatTemplate, EngineError, Feed, Sample, SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +171,12 @@ class MlxGenerator:
         )
 
     def open_slot(self, slot: int, params: SamplingParams, *, reuse: int = 0) -> None:
+        if params.json_schema is not None or params.grammar is not None:
+            raise EngineError(
+                "structured outputs (response_format, json_schema, grammar) are not supported "
+                "on the MLX backend yet; serve a GGUF for them",
+                "unsupported_field",
+            )
         dry = self._dry(params)
         self._call(self._open, slot, params, dry, reuse)
 

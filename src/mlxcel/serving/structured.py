@@ -1,0 +1,54 @@
+"""Structured outputs: a request's response_format / json_schema / grammar -> one constraint."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+
+from mlxcel.api.schemas.common import SamplingFields
+from mlxcel.serving.errors import invalid_request
+
+# json_object mode: any JSON object, as OpenAI's {"type": "json_object"} promises.
+ANY_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+def checked_schema(schema: Any, param: str) -> str:
+    """The schema as JSON text, or a 400 naming `param` if it is not a valid JSON Schema."""
+    if not isinstance(schema, dict):
+        raise invalid_request("a JSON schema must be an object", param, "invalid_json_schema")
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise invalid_request(
+            f"invalid JSON schema: {exc.message}", param, "invalid_json_schema"
+        ) from exc
+    return json.dumps(schema)
+
+
+def response_format_schema(response_format: dict[str, Any] | None, param: str) -> str | None:
+    """The schema an OpenAI response_format (chat) or text.format (Responses) asks for."""
+    kind = (response_format or {}).get("type", "text")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return json.dumps(ANY_OBJECT)
+    if kind == "json_schema":
+        assert response_format is not None
+        # Chat nests the schema under json_schema; Responses puts it on the format itself.
+        holder = response_format.get("json_schema", response_format)
+        if not isinstance(holder, dict) or "schema" not in holder:
+            raise invalid_request("json_schema needs a 'schema'", f"{param}.json_schema")
+        return checked_schema(holder["schema"], f"{param}.json_schema.schema")
+    raise invalid_request(f"unknown {param} type '{kind}'", f"{param}.type")
+
+
+def output_schema(request: SamplingFields) -> str | None:
+    """The JSON schema text a request's output must follow, if any; a bad one is a 400."""
+    value, param = request.output_format()
+    if value is None:
+        return None
+    if param == "json_schema":
+        return checked_schema(value, param)
+    return response_format_schema(value, param)
