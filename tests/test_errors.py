@@ -49,7 +49,6 @@ def test_schema_violation_names_the_field(http: httpx.Client) -> None:
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("tools", [{"type": "function", "function": {"name": "f"}}]),
         ("tool_choice", "required"),
         ("made_up_field", 1),
     ],

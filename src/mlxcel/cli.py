@@ -11,6 +11,7 @@ from pathlib import Path
 
 from mlxcel import config as defaults
 from mlxcel.config import ServerConfig
+from mlxcel.parsers.tools import PARSERS
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -109,6 +110,12 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=defaults.DEFAULT_UBATCH_SIZE,
         metavar="N",
         help="physical batch: most tokens per forward pass (default: %(default)s)",
+    )
+    add(
+        "--tool-call-parser",
+        choices=["auto", *PARSERS],
+        default="auto",
+        help="how tool calls are read from output; auto is hermes for now (default: %(default)s)",
     )
     add(
         "--queue-timeout",
@@ -212,6 +219,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         queue_timeout=args.queue_timeout,
         warmup=not args.no_warmup,
         log_level=args.log_level,
+        tool_call_parser=args.tool_call_parser,
         temperature=args.temp,
         top_p=args.top_p,
         top_k=args.top_k,

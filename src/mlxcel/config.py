@@ -53,6 +53,7 @@ class ServerConfig:
     warmup: bool = True
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     log_level: str = DEFAULT_LOG_LEVEL
+    tool_call_parser: str = "auto"
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None

@@ -1,13 +1,15 @@
-"""Chat completions: messages -> prompt -> engine -> OpenAI chat objects."""
+"""Chat completions: messages -> prompt -> engine -> OpenAI chat objects, tool calls parsed."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mlxcel.api.schemas.chat import ChatCompletionRequest
 from mlxcel.engine.registry import LoadedModel
 from mlxcel.serving.chat_template import render_chat
+from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.logprobs import chat_logprobs
 from mlxcel.serving.text import (
     Generation,
@@ -18,54 +20,101 @@ from mlxcel.serving.text import (
     total_usage,
     usage_chunk,
 )
+from mlxcel.serving.tools import ToolPlan, ToolStream, parse_message, plan_tools, template_messages
 
 
-def chat_prompt(model: LoadedModel, request: ChatCompletionRequest) -> list[int]:
+@dataclass
+class ChatJob:
+    """A chat request's generations and how its tools, if any, are parsed out of them."""
+
+    generations: list[Generation]
+    tools: ToolPlan | None
+
+
+def _plan(request: ChatCompletionRequest, tool_parser: str) -> ToolPlan | None:
+    tools = [t.model_dump(exclude_none=True) for t in request.tools or []]
+    choice = request.tool_choice
+    named = choice.model_dump() if choice is not None and not isinstance(choice, str) else choice
+    parallel = request.parallel_tool_calls is not False
+    return plan_tools(tools, named, parallel, tool_parser)
+
+
+def chat_prompt(
+    model: LoadedModel, request: ChatCompletionRequest, tool_parser: str = "auto"
+) -> list[int]:
     """The prompt tokens for a chat request, through the model's own template."""
     generator = model.generator
-    messages = [{"role": m.role, "content": m.text()} for m in request.messages]
+    plan = _plan(request, tool_parser)
+    tools = plan.tools if plan else []
+    messages = template_messages(
+        generator.chat_template, [m.template_dict() for m in request.messages], tools
+    )
+    extra = {**(request.chat_template_kwargs or {}), **({"tools": tools} if tools else {})}
     text = render_chat(
         generator.chat_template,
         messages,
         add_generation_prompt=request.add_generation_prompt,
-        extra=request.chat_template_kwargs,
+        extra=extra,
     )
     if request.continue_final_message:
         # Cut the template's end-of-turn after the last message so the model carries on it.
-        last = messages[-1]["content"]
+        last = messages[-1]["content"] or ""
         text = text[: text.rindex(last) + len(last)] if last in text else text
     return generator.tokenize(text, add_special=generator.add_bos, parse_special=True)
 
 
 def prepare_chat(
-    model: LoadedModel, request: ChatCompletionRequest, n_predict: int
-) -> list[Generation]:
-    """One generation per requested choice, sampling resolved."""
-    prompt = chat_prompt(model, request)
-    return prepare_choices(
+    model: LoadedModel, request: ChatCompletionRequest, n_predict: int, tool_parser: str = "auto"
+) -> ChatJob:
+    """One generation per requested choice, sampling resolved; a forced tool call constrained."""
+    plan = _plan(request, tool_parser)
+    prompt = chat_prompt(model, request, tool_parser)
+    generations = prepare_choices(
         model, new_id("chatcmpl"), [prompt], request, request.token_limit(), n_predict, "messages"
     )
+    if plan is not None and plan.grammar is not None:
+        if generations[0].params.grammar or generations[0].params.json_schema:
+            raise invalid_request(
+                "a forced tool call cannot be combined with response_format, json_schema or "
+                "grammar",
+                "tool_choice",
+            )
+        generations = [
+            replace(g, params=replace(g.params, grammar=plan.grammar)) for g in generations
+        ]
+    return ChatJob(generations, plan)
 
 
-async def chat_completion(generations: list[Generation]) -> dict[str, Any]:
+def _message(text: str, finish: str, plan: ToolPlan | None) -> tuple[dict[str, Any], str]:
+    if plan is None:
+        return {"role": "assistant", "content": text}, finish
+    content, calls = parse_message(text, plan.parser)
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if not calls:
+        return message, finish
+    message["tool_calls"] = calls
+    return message, "tool_calls" if finish == "stop" else finish
+
+
+async def chat_completion(job: ChatJob) -> dict[str, Any]:
     """The whole answer as one chat.completion object."""
+    generations = job.generations
     outcomes = await collect_all(generations)
     first = generations[0]
     wants_logprobs = first.params.logprobs is not None
+    choices = []
+    for g, o in zip(generations, outcomes, strict=True):
+        message, finish = _message(o.text, o.finish_reason, job.tools)
+        logprobs = chat_logprobs(o.logprobs) if wants_logprobs else None
+        choices.append(
+            {"index": g.index, "message": message, "logprobs": logprobs, "finish_reason": finish}
+        )
     return {
         "id": first.request_id,
         "object": "chat.completion",
         "created": first.created,
         "model": first.model.name,
-        "choices": [
-            {
-                "index": g.index,
-                "message": {"role": "assistant", "content": o.text},
-                "logprobs": chat_logprobs(o.logprobs) if wants_logprobs else None,
-                "finish_reason": o.finish_reason,
-            }
-            for g, o in zip(generations, outcomes, strict=True)
-        ],
+        "choices": choices,
         "usage": total_usage(
             generations,
             sum(o.completion_tokens for o in outcomes),
@@ -80,43 +129,47 @@ def _chunk(
     finish: str | None,
     logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    choice = {"index": generation.index, "delta": delta, "logprobs": logprobs}
     return {
         "id": generation.request_id,
         "object": "chat.completion.chunk",
         "created": generation.created,
         "model": generation.model.name,
-        "choices": [
-            {
-                "index": generation.index,
-                "delta": delta,
-                "logprobs": logprobs,
-                "finish_reason": finish,
-            }
-        ],
+        "choices": [{**choice, "finish_reason": finish}],
     }
 
 
-async def chat_chunks(
-    generations: list[Generation], include_usage: bool
-) -> AsyncIterator[dict[str, Any]]:
-    """chat.completion.chunk objects: each choice's role first, then text, then its finish."""
-    stream = stream_all(generations)
+async def chat_chunks(job: ChatJob, include_usage: bool) -> AsyncIterator[dict[str, Any]]:
+    """chat.completion.chunk objects: each choice's role first, then text or tool-call deltas,
+    then its finish."""
+    generations = job.generations
+    parsers = {i: ToolStream(job.tools.parser) for i in range(len(generations)) if job.tools}
     role_sent: set[int] = set()
     completion_tokens = 0
     cached: dict[int, int] = {}
-    async for position, event in stream:
+    async for position, event in stream_all(generations):
         generation = generations[position]
         if position not in role_sent:
             role_sent.add(position)
             yield _chunk(generation, {"role": "assistant", "content": ""}, None)
         logprobs = chat_logprobs(event.logprobs) if event.logprobs else None
-        if event.text or logprobs:
-            yield _chunk(generation, {"content": event.text}, None, logprobs)
+        parser = parsers.get(position)
+        plain = [{"content": event.text}] if event.text else []
+        deltas = parser.feed(event.text) if parser else plain
+        if event.finish_reason is not None and parser:
+            deltas += parser.finish()
+        for delta in deltas:
+            yield _chunk(generation, delta, None, logprobs)
+            logprobs = None
+        if logprobs:
+            yield _chunk(generation, {"content": ""}, None, logprobs)
         if event.finish_reason is not None:
             completion_tokens += event.completion_tokens
             cached[position] = event.cached_tokens
-            yield _chunk(generation, {}, event.finish_reason)
+            finish = event.finish_reason
+            if parser and parser.calls and finish == "stop":
+                finish = "tool_calls"
+            yield _chunk(generation, {}, finish)
     if include_usage:
-        yield usage_chunk(
-            _chunk(generations[0], {}, None), total_usage(generations, completion_tokens, cached)
-        )
+        usage_ = total_usage(generations, completion_tokens, cached)
+        yield usage_chunk(_chunk(generations[0], {}, None), usage_)

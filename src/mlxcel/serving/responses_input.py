@@ -16,6 +16,7 @@ from mlxcel.api.schemas.responses import (
 from mlxcel.engine.types import TextGenerator
 from mlxcel.serving.chat_template import CHATML, render_chat
 from mlxcel.serving.errors import invalid_request
+from mlxcel.serving.tools import tool_calls_as_text
 
 _CONSTRAINED = "needs constrained decoding, which this server does not do yet"
 
@@ -102,23 +103,12 @@ def chat_tool(tool: FunctionTool) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def _tool_calls_as_text(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    # A template that knows no tool calls would choke on content None; show it the calls as JSON.
-    def text(message: dict[str, Any]) -> dict[str, Any]:
-        calls = [call["function"] for call in message.get("tool_calls") or []]
-        if not calls:
-            return message
-        return {"role": "assistant", "content": json.dumps({"tool_calls": calls})}
-
-    return [text(message) for message in messages]
-
-
 def prompt_tokens(
     generator: TextGenerator, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
 ) -> list[int]:
     """Render the model's chat template, tools included, and tokenize as its GGUF says."""
     template = generator.chat_template
     if "tool_calls" not in (template.source if template else CHATML):
-        messages = _tool_calls_as_text(messages)
+        messages = tool_calls_as_text(messages)
     text = render_chat(template, messages, extra={"tools": tools} if tools else None)
     return generator.tokenize(text, add_special=generator.add_bos, parse_special=True)

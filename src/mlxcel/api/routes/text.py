@@ -48,11 +48,14 @@ async def chat_completions(
 ) -> dict[str, Any] | StreamingResponse:
     """OpenAI chat completions, streamed or whole."""
     model = model_for(request, body.model)
-    generations = await asyncio.to_thread(prepare_chat, model, body, request.app.state.n_predict)
+    state = request.app.state
+    job = await asyncio.to_thread(
+        prepare_chat, model, body, state.n_predict, state.tool_call_parser
+    )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return await event_stream(chat_chunks(generations, include_usage))
-    return await unless_disconnected(request, chat_completion(generations))
+        return await event_stream(chat_chunks(job, include_usage))
+    return await unless_disconnected(request, chat_completion(job))
 
 
 @router.post("/v1/completions", response_model=None)

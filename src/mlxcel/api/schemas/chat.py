@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import Field
@@ -9,15 +10,71 @@ from pydantic import Field
 from mlxcel.api.schemas.common import SamplingFields, Strict
 
 
+def _mapping(call: ToolCall) -> Any:
+    try:
+        return json.loads(call.function.arguments)
+    except ValueError:
+        return call.function.arguments
+
+
 class TextPart(Strict):
     type: Literal["text"]
     text: str
 
 
+class FunctionCall(Strict):
+    name: str
+    arguments: str
+
+
+class ToolCall(Strict):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class FunctionDef(Strict):
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDef(Strict):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedToolChoice(Strict):
+    type: Literal["function"]
+    function: dict[str, str]
+
+
 class ChatMessage(Strict):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    def template_dict(self) -> dict[str, Any]:
+        """The message as HF chat templates read it (tool-call arguments as a mapping)."""
+        message: dict[str, Any] = {"role": self.role, "content": self.text()}
+        if self.tool_calls:
+            message["content"] = self.text() or None
+            message["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.function.name, "arguments": _mapping(call)},
+                }
+                for call in self.tool_calls
+            ]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            message["name"] = self.name
+        return message
 
     def text(self) -> str:
         """The message's content as one string."""
@@ -36,19 +93,13 @@ class ChatCompletionRequest(SamplingFields):
     chat_template_kwargs: dict[str, Any] | None = None
     add_generation_prompt: bool = True
     continue_final_message: bool = False
-    tools: list[Any] | None = None
-    tool_choice: Any = None
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     response_format: dict[str, Any] | None = None
 
     def unsupported(self) -> str | None:
         """The first field set to something this server does not do yet."""
-        if self.tools:
-            return "tools"
-        if self.tool_choice not in (None, "none"):
-            return "tool_choice"
-        if self.parallel_tool_calls:
-            return "parallel_tool_calls"
         if self.top_logprobs is not None and not self.logprobs:
             return "top_logprobs"
         if self.continue_final_message and self.add_generation_prompt:

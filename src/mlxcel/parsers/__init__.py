@@ -1,0 +1,1 @@
+"""Streaming parsers that split model output into content, tool calls and reasoning."""

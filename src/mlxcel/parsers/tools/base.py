@@ -1,0 +1,45 @@
+"""What a tool-call parser emits while text streams in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Text:
+    """Ordinary content for the client."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolStart:
+    """A tool call begins: its position in the message, id and function name."""
+
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ToolArguments:
+    """A fragment of a tool call's JSON arguments."""
+
+    index: int
+    fragment: str
+
+
+Delta = Text | ToolStart | ToolArguments
+
+
+class ToolCallParser(Protocol):
+    """A streaming state machine: text in, content and tool-call deltas out."""
+
+    def feed(self, text: str) -> list[Delta]:
+        """Deltas that `text` completes; markup that may still continue is held back."""
+        ...
+
+    def finish(self) -> list[Delta]:
+        """Whatever is held back at the end; an unfinished or malformed call is content."""
+        ...

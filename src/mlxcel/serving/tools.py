@@ -1,0 +1,170 @@
+"""Function tools on chat: what the template sees, the grammar that forces a call, the parse."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+from mlxcel.engine.types import ChatTemplate
+from mlxcel.parsers.tools import (
+    DEFAULT_PARSER,
+    PARSERS,
+    Text,
+    ToolArguments,
+    ToolCallParser,
+    ToolStart,
+)
+from mlxcel.parsers.tools.hermes import CLOSE, OPEN
+from mlxcel.serving.chat_template import CHATML
+from mlxcel.serving.errors import invalid_request
+
+_TOOLS_PREAMBLE = (
+    'You can call functions. To call one, answer with <tool_call>{"name": NAME, '
+    '"arguments": {...}}</tool_call>. Available functions:\n'
+)
+
+
+@dataclass(frozen=True)
+class ToolPlan:
+    """How one chat request uses its tools: shown to the model, forced, and parsed."""
+
+    tools: list[dict[str, Any]]
+    parser: str
+    grammar: str | None
+
+
+def tool_calls_as_text(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Assistant tool calls as JSON text, for a template that knows no tool calls."""
+
+    def text(message: dict[str, Any]) -> dict[str, Any]:
+        calls = [call["function"] for call in message.get("tool_calls") or []]
+        if not calls:
+            return message
+        return {"role": "assistant", "content": json.dumps({"tool_calls": calls})}
+
+    return [text(message) for message in messages]
+
+
+def template_messages(
+    template: ChatTemplate | None, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Messages a template can render; tools go in a system message if it cannot show them."""
+    source = template.source if template else CHATML
+    if "tool_calls" not in source:
+        messages = tool_calls_as_text(messages)
+    if tools and "tools" not in source:
+        listing = "\n".join(json.dumps(tool["function"]) for tool in tools)
+        if messages and messages[0]["role"] == "system":
+            first = messages[0]
+            content = f"{first['content']}\n\n{_TOOLS_PREAMBLE}{listing}"
+            messages = [{**first, "content": content}, *messages[1:]]
+        else:
+            messages = [{"role": "system", "content": _TOOLS_PREAMBLE + listing}, *messages]
+    return messages
+
+
+def _call_schema(tool: dict[str, Any]) -> dict[str, Any]:
+    function = tool["function"]
+    parameters = function.get("parameters") or {"type": "object"}
+    return {
+        "type": "object",
+        "properties": {"name": {"const": function["name"]}, "arguments": parameters},
+        "required": ["name", "arguments"],
+    }
+
+
+def forced_call_grammar(tools: list[dict[str, Any]], parallel: bool) -> str:
+    """GBNF for one (or, with `parallel`, several) hermes tool calls to one of `tools`."""
+    schemas = [_call_schema(t) for t in tools]
+    schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+    try:
+        rules = json_schema_to_gbnf(json.dumps(schema))
+    except Exception as exc:  # the converter raises plain errors on schema features it lacks
+        raise invalid_request(f"cannot constrain to these tool parameters: {exc}", "tools") from exc
+    rules = re.sub(r"^root ::=", "call ::=", rules, flags=re.MULTILINE)
+    one = f'"{OPEN}\\n" call "\\n{CLOSE}"'
+    repeat = f' ("\\n" {one})*' if parallel else ""
+    return f"root ::= {one}{repeat}\n{rules}"
+
+
+def plan_tools(
+    tools: list[dict[str, Any]],
+    choice: Any,
+    parallel: bool,
+    parser: str,
+) -> ToolPlan | None:
+    """None when the request has no tools to use (none given, or tool_choice 'none')."""
+    if parser == "auto":
+        parser = DEFAULT_PARSER
+    if not tools and choice not in (None, "none", "auto"):
+        raise invalid_request("tool_choice requires tools", "tool_choice")
+    if not tools or choice == "none":
+        return None
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        chosen = [t for t in tools if t["function"]["name"] == name]
+        if not chosen:
+            raise invalid_request(
+                f"tool_choice names '{name}', which is not in tools", "tool_choice"
+            )
+        return ToolPlan(tools, parser, forced_call_grammar(chosen, parallel=False))
+    if choice == "required":
+        return ToolPlan(tools, parser, forced_call_grammar(tools, parallel))
+    return ToolPlan(tools, parser, None)
+
+
+class ToolStream:
+    """One choice's output split into content and OpenAI tool-call deltas as it streams."""
+
+    def __init__(self, parser: str) -> None:
+        self._parser: ToolCallParser = PARSERS[parser]()
+        self.calls = 0
+
+    def feed(self, text: str) -> list[dict[str, Any]]:
+        """Chat deltas for new text."""
+        return self._deltas(self._parser.feed(text))
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Chat deltas for what was held back."""
+        return self._deltas(self._parser.finish())
+
+    def _deltas(self, deltas: list[Any]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for delta in deltas:
+            if isinstance(delta, Text):
+                out.append({"content": delta.text})
+            elif isinstance(delta, ToolStart):
+                self.calls += 1
+                function = {"name": delta.name, "arguments": ""}
+                call = {"index": delta.index, "id": delta.id, "type": "function"}
+                out.append({"tool_calls": [{**call, "function": function}]})
+            elif isinstance(delta, ToolArguments):
+                fragment = {"index": delta.index, "function": {"arguments": delta.fragment}}
+                out.append({"tool_calls": [fragment]})
+        return out
+
+
+def parse_message(text: str, parser: str) -> tuple[str | None, list[dict[str, Any]]]:
+    """A whole answer as message content and tool_calls; a malformed call stays content."""
+    stream = ToolStream(parser)
+    content: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    for delta in stream.feed(text) + stream.finish():
+        content.append(delta.get("content", ""))
+        for call in delta.get("tool_calls", []):
+            entry = calls.setdefault(call["index"], {**call, "function": {"arguments": ""}})
+            function = call["function"]
+            entry["function"]["name"] = function.get("name", entry["function"].get("name"))
+            entry["function"]["arguments"] += function.get("arguments", "")
+    tool_calls = [{k: v for k, v in c.items() if k != "index"} for _, c in sorted(calls.items())]
+    for call in tool_calls:
+        try:
+            json.loads(call["function"]["arguments"])
+        except ValueError:
+            return text, []
+    joined = "".join(content).strip()
+    return (joined or None) if tool_calls else text, tool_calls

@@ -1,0 +1,198 @@
+"""Tool calling: the hermes parser token by token, and forced calls over HTTP."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+import openai
+import pytest
+
+from mlxcel.parsers.tools import PARSERS, Text, ToolArguments, ToolStart
+from tests.server_process import ServerProcess
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 20},
+                "unit": {"enum": ["c", "f"]},
+            },
+            "required": ["city", "unit"],
+        },
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {
+            "type": "object",
+            "properties": {"zone": {"type": "string", "maxLength": 10}},
+            "required": ["zone"],
+        },
+    },
+}
+ASK = [{"role": "user", "content": "What's the weather in Paris?"}]
+
+
+def _parse(text: str, step: int) -> tuple[str, dict[int, str], dict[int, str]]:
+    parser = PARSERS["hermes"]()
+    deltas = []
+    for i in range(0, len(text), step):
+        deltas += parser.feed(text[i : i + step])
+    deltas += parser.finish()
+    content = "".join(d.text for d in deltas if isinstance(d, Text))
+    names = {d.index: d.name for d in deltas if isinstance(d, ToolStart)}
+    args: dict[int, str] = {}
+    for d in deltas:
+        if isinstance(d, ToolArguments):
+            args[d.index] = args.get(d.index, "") + d.fragment
+    return content, names, args
+
+
+@pytest.mark.parametrize("step", [1, 2, 5, 1000])
+def test_hermes_calls_split_anywhere(step: int) -> None:
+    text = (
+        'Let me check. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+        '</tool_call>\n<tool_call>{"name": "get_time", "arguments": {"zone": "CET"}}</tool_call>'
+    )
+    content, names, args = _parse(text, step)
+    assert content.strip() == "Let me check."
+    assert names == {0: "get_weather", 1: "get_time"}
+    assert {i: json.loads(a) for i, a in args.items()} == {0: {"city": "Paris"}, 1: {"zone": "CET"}}
+
+
+@pytest.mark.parametrize("step", [1, 3, 1000])
+def test_malformed_and_unfinished_calls_stay_content(step: int) -> None:
+    broken = "<tool_call>not json</tool_call>"
+    assert _parse(broken, step) == (broken, {}, {})
+    assert _parse("a <tool_c", step)[0] == "a <tool_c"
+    assert _parse('x <tool_call>{"oops', step)[0] == 'x <tool_call>{"oops'
+
+
+def test_arguments_before_name_are_parsed_whole() -> None:
+    content, names, args = _parse('<tool_call>{"arguments": {"a": 1}, "name": "f"}</tool_call>', 1)
+    assert (content, names, json.loads(args[0])) == ("", {0: "f"}, {"a": 1})
+
+
+def _arguments_valid(call: Any, tool: dict[str, Any]) -> None:
+    assert call.function.name == tool["function"]["name"]
+    jsonschema.validate(json.loads(call.function.arguments), tool["function"]["parameters"])
+
+
+@pytest.mark.slow
+def test_required_tool_call(client: openai.OpenAI) -> None:
+    response = client.chat.completions.create(
+        model="default",
+        messages=ASK,
+        tools=[WEATHER, TIME],
+        tool_choice="required",  # type: ignore[list-item]
+        max_tokens=100,
+        temperature=0,
+        parallel_tool_calls=False,
+    )
+    choice = response.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.tool_calls and len(choice.message.tool_calls) == 1
+    call = choice.message.tool_calls[0]
+    _arguments_valid(call, WEATHER if call.function.name == "get_weather" else TIME)  # type: ignore[union-attr]
+    assert "<tool_call>" not in (choice.message.content or "")
+
+
+@pytest.mark.slow
+def test_named_tool_call_streams_as_openai_does(client: openai.OpenAI) -> None:
+    chunks = list(
+        client.chat.completions.create(
+            model="default",
+            messages=ASK,
+            tools=[WEATHER, TIME],  # type: ignore[list-item]
+            tool_choice={"type": "function", "function": {"name": "get_time"}},
+            max_tokens=60,
+            temperature=0,
+            stream=True,
+        )
+    )
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    calls = [call for d in deltas for call in d.tool_calls or []]
+    first, rest = calls[0], calls[1:]
+    assert first.id and first.type == "function" and first.function is not None
+    assert first.function.name == "get_time"
+    assert rest and all(c.id is None and c.function and c.function.name is None for c in rest)
+    arguments = "".join(c.function.arguments or "" for c in calls if c.function)
+    jsonschema.validate(json.loads(arguments), TIME["function"]["parameters"])
+    assert all("<tool_call>" not in (d.content or "") for d in deltas)
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+@pytest.mark.slow
+def test_tool_results_round_trip_through_the_template(client: openai.OpenAI) -> None:
+    first = client.chat.completions.create(
+        model="default",
+        messages=ASK,
+        tools=[WEATHER],
+        tool_choice="required",  # type: ignore[list-item]
+        max_tokens=60,
+        temperature=0,
+        parallel_tool_calls=False,
+    )
+    call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
+    messages = [
+        *ASK,
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": "18 degrees and sunny"},
+    ]
+    answer = client.chat.completions.create(
+        model="default",
+        messages=messages,
+        tools=[WEATHER],
+        max_tokens=30,
+        temperature=0,  # type: ignore[arg-type, list-item]
+    )
+    assert answer.choices[0].message.content
+    assert answer.usage is not None and first.usage is not None
+    assert answer.usage.prompt_tokens > first.usage.prompt_tokens
+
+
+@pytest.mark.slow
+def test_tool_choice_none_and_auto_answer_in_text(client: openai.OpenAI) -> None:
+    for choice in ("none", "auto"):
+        response = client.chat.completions.create(
+            model="default",
+            messages=ASK,
+            tools=[WEATHER],
+            tool_choice=choice,  # type: ignore[list-item, arg-type]
+            max_tokens=20,
+            temperature=0,
+        )
+        message = response.choices[0].message
+        assert "<tool_call>" not in (message.content or "")
+        assert response.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"tool_choice": "required"}, "tool_choice"),
+        (
+            {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "tool_choice",
+        ),
+        ({"tools": [{"type": "retrieval"}]}, "tools.0.type"),
+        (
+            {"tools": [WEATHER], "tool_choice": "required", "json_schema": {"type": "object"}},
+            "tool_choice",
+        ),
+    ],
+)
+def test_bad_tool_requests_are_400(server: ServerProcess, body: dict[str, Any], param: str) -> None:
+    with server.http() as http:
+        response = http.post("/v1/chat/completions", json={"messages": ASK, **body})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
