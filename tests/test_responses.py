@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -134,7 +135,7 @@ def test_usage_adds_up(client: openai.OpenAI) -> None:
     assert usage.input_tokens > 5
     assert 0 < usage.output_tokens <= 16
     assert usage.total_tokens == usage.input_tokens + usage.output_tokens
-    assert usage.input_tokens_details.cached_tokens == 0
+    assert 0 <= usage.input_tokens_details.cached_tokens < usage.input_tokens
     assert usage.output_tokens_details.reasoning_tokens == 0
 
 
@@ -327,11 +328,11 @@ def test_previous_response_id_continues_the_conversation(client: openai.OpenAI) 
     ("extra", "param", "words"),
     [
         ({"background": True}, "background", "background"),
-        ({"tool_choice": "required"}, "tool_choice", "constrained decoding"),
+        ({"tool_choice": "required"}, "tool_choice", "requires tools"),
         (
-            {"tool_choice": {"type": "function", "name": "get_weather"}},
+            {"tool_choice": {"type": "web_search"}},
             "tool_choice",
-            "constrained decoding",
+            "not a function choice",
         ),
         (
             {"text": {"format": {"type": "xml"}}},
@@ -374,3 +375,73 @@ def test_bad_input_items_are_named(http: httpx.Client, item: dict[str, Any], par
     response = http.post("/v1/responses", json={"input": [item]})
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == param
+
+
+@pytest.mark.slow
+def test_repeated_input_reports_cached_tokens(client: openai.OpenAI) -> None:
+    text = "Summarise the plot of a long novel about the sea. " * 8
+    client.responses.create(model="default", input=text, max_output_tokens=2)
+    again = client.responses.create(model="default", input=text, max_output_tokens=2)
+    assert again.usage is not None
+    assert again.usage.input_tokens_details.cached_tokens > 0
+
+
+RESPONSES_WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 20}},
+        "required": ["city"],
+    },
+}
+
+
+@pytest.mark.slow
+def test_forced_function_call_becomes_a_function_call_item(client: openai.OpenAI) -> None:
+    response = client.responses.create(
+        model="default",
+        input="Weather in Paris?",
+        tools=[RESPONSES_WEATHER],  # type: ignore[list-item]
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_output_tokens=60,
+        temperature=0,
+    )
+    calls = [item for item in response.output if item.type == "function_call"]
+    assert len(calls) == 1 and calls[0].name == "get_weather"
+    assert isinstance(json.loads(calls[0].arguments)["city"], str)
+    follow = client.responses.create(
+        model="default",
+        previous_response_id=response.id,
+        input=[{"type": "function_call_output", "call_id": calls[0].call_id, "output": "sunny"}],
+        tools=[RESPONSES_WEATHER],  # type: ignore[list-item]
+        max_output_tokens=10,
+    )
+    assert follow.output_text is not None
+
+
+@pytest.mark.slow
+def test_streamed_function_call_events(client: openai.OpenAI) -> None:
+    events = list(
+        client.responses.create(
+            model="default",
+            input="Weather in Paris?",
+            tools=[RESPONSES_WEATHER],  # type: ignore[list-item]
+            tool_choice={"type": "function", "name": "get_weather"},
+            max_output_tokens=60,
+            temperature=0,
+            stream=True,
+        )
+    )
+    types = [e.type for e in events]
+    added = next(e for e in events if e.type == "response.output_item.added")
+    assert added.item.type == "function_call"
+    deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    done = next(e for e in events if e.type == "response.function_call_arguments.done")
+    assert json.loads(deltas) == json.loads(done.arguments)
+    assert types[-1] == "response.completed"
+    final = events[-1].response.output
+    assert [item.type for item in final] == ["function_call"]
+    assert "response.output_text.delta" not in types

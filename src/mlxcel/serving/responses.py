@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mlxcel.api.schemas.responses import ResponsesRequest
 from mlxcel.engine.registry import LoadedModel
+from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.response_store import ResponseStore
-from mlxcel.serving.responses_input import chat_messages, chat_tool, check_supported, prompt_tokens
+from mlxcel.serving.responses_input import (
+    chat_messages,
+    chat_tool,
+    chat_tool_choice,
+    check_supported,
+    prompt_tokens,
+)
+from mlxcel.serving.responses_tools import assistant_turn, split_output
 from mlxcel.serving.text import Generation, collect, prepare
+from mlxcel.serving.tools import ToolPlan, plan_tools
 
 
 def response_id(prefix: str) -> str:
@@ -28,6 +37,7 @@ class ResponseRun:
     messages: list[dict[str, Any]]
     """The earlier conversation and this input, without instructions (those do not carry over)."""
     message_id: str
+    tools: ToolPlan | None = None
 
 
 def prepare_response(
@@ -40,12 +50,22 @@ def prepare_response(
     check_supported(request)
     messages = [*history, *chat_messages(request.input)]
     system = [{"role": "system", "content": request.instructions}] if request.instructions else []
-    tools = [] if request.tool_choice == "none" else request.function_tools()
-    prompt = prompt_tokens(model.generator, [*system, *messages], [chat_tool(t) for t in tools])
+    parallel = request.parallel_tool_calls is not False
+    chat_tools = [chat_tool(t) for t in request.function_tools()]
+    plan = plan_tools(chat_tools, chat_tool_choice(request.tool_choice), parallel, "auto")
+    shown = plan.tools if plan else []
+    prompt = prompt_tokens(model.generator, [*system, *messages], shown)
     generation = prepare(
         model, response_id("resp"), prompt, request, request.max_output_tokens, n_predict, "input"
     )
-    return ResponseRun(generation, request, messages, response_id("msg"))
+    if plan is not None and plan.grammar is not None:
+        if generation.params.grammar or generation.params.json_schema:
+            raise invalid_request(
+                "a forced tool call cannot be combined with text.format, json_schema or grammar",
+                "tool_choice",
+            )
+        generation = replace(generation, params=replace(generation.params, grammar=plan.grammar))
+    return ResponseRun(generation, request, messages, response_id("msg"), plan)
 
 
 def output_text(text: str) -> dict[str, Any]:
@@ -64,11 +84,11 @@ def message_item(run: ResponseRun, status: str, text: str | None) -> dict[str, A
     }
 
 
-def usage_object(input_tokens: int, output_tokens: int) -> dict[str, Any]:
+def usage_object(input_tokens: int, output_tokens: int, cached_tokens: int) -> dict[str, Any]:
     """The Responses usage object."""
     return {
         "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": cached_tokens},
         "output_tokens": output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": input_tokens + output_tokens,
@@ -101,7 +121,7 @@ def response_object(
         "previous_response_id": request.previous_response_id,
         "store": request.store,
         "temperature": params.temperature,
-        "text": {"format": {"type": "text"}},
+        "text": {"format": (request.text.format if request.text else None) or {"type": "text"}},
         "tool_choice": request.tool_choice or "auto",
         "tools": [tool.model_dump() for tool in request.function_tools()],
         "top_p": params.top_p,
@@ -124,17 +144,27 @@ def finish(
     text: str,
     usage: dict[str, Any] | None,
     error: dict[str, str] | None = None,
+    calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The final response object, stored with its conversation if the request asked."""
-    item = message_item(run, "completed" if status == "completed" else "incomplete", text)
-    response = response_object(run, status, [item], usage, error)
+    """The final response object, stored with its conversation if the request asked.
+
+    With tools, `text` is the message text and `calls` the function_call items already built
+    while streaming; without `calls` the whole text is parsed for tool calls here.
+    """
+    item_status = "completed" if status == "completed" else "incomplete"
+    message: str | None = text
+    if run.tools is not None and calls is None:
+        message, calls = split_output(text, run.tools.parser)
+    calls = calls or []
+    output = [message_item(run, item_status, message)] if message or not calls else []
+    response = response_object(run, status, [*output, *calls], usage, error)
     if run.request.store:
-        store.put(response, [*run.messages, {"role": "assistant", "content": text}])
+        store.put(response, [*run.messages, assistant_turn(message, calls)])
     return response
 
 
 async def create_response(run: ResponseRun, store: ResponseStore) -> dict[str, Any]:
     """Run a response to its end and return the whole object."""
     outcome = await collect(run.generation)
-    usage = usage_object(outcome.prompt_tokens, outcome.completion_tokens)
+    usage = usage_object(outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens)
     return finish(run, store, status_for(outcome.finish_reason), outcome.text, usage)

@@ -14,11 +14,9 @@ from mlxcel.api.schemas.responses import (
     ResponsesRequest,
 )
 from mlxcel.engine.types import TextGenerator
-from mlxcel.serving.chat_template import CHATML, render_chat
+from mlxcel.serving.chat_template import render_chat
 from mlxcel.serving.errors import invalid_request
-from mlxcel.serving.tools import tool_calls_as_text
-
-_CONSTRAINED = "needs constrained decoding, which this server does not do yet"
+from mlxcel.serving.tools import template_messages
 
 
 def check_supported(request: ResponsesRequest) -> None:
@@ -45,9 +43,9 @@ def _unsupported(request: ResponsesRequest) -> tuple[str, str] | None:
     if request.truncation == "auto":
         return "truncation", "'truncation' must be 'disabled': this server does not truncate input"
     choice = request.tool_choice
-    if choice == "required" or isinstance(choice, dict):
-        return "tool_choice", f"tool_choice {json.dumps(choice)} {_CONSTRAINED}"
-    if choice not in (None, "auto", "none"):
+    if isinstance(choice, dict) and choice.get("type") != "function":
+        return "tool_choice", f"tool_choice {json.dumps(choice)} is not a function choice"
+    if isinstance(choice, str) and choice not in ("auto", "none", "required"):
         return "tool_choice", f"tool_choice '{choice}' is not one of auto, none, required"
     for index, tool in enumerate(request.tools or []):
         if isinstance(tool, OtherTool):
@@ -108,7 +106,13 @@ def prompt_tokens(
 ) -> list[int]:
     """Render the model's chat template, tools included, and tokenize as its GGUF says."""
     template = generator.chat_template
-    if "tool_calls" not in (template.source if template else CHATML):
-        messages = tool_calls_as_text(messages)
+    messages = template_messages(template, messages, tools)
     text = render_chat(template, messages, extra={"tools": tools} if tools else None)
     return generator.tokenize(text, add_special=generator.add_bos, parse_special=True)
+
+
+def chat_tool_choice(choice: str | dict[str, Any] | None) -> Any:
+    """A Responses tool_choice in the chat shape: {"type", "name"} -> {"type", "function"}."""
+    if isinstance(choice, dict):
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    return choice

@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from mlxcel.engine.scheduler import RequestHandle
 from mlxcel.engine.types import TokenEvent
 from mlxcel.serving.errors import APIError
 from mlxcel.serving.response_store import ResponseStore
@@ -19,6 +20,7 @@ from mlxcel.serving.responses import (
     status_for,
     usage_object,
 )
+from mlxcel.serving.responses_tools import ToolEvents
 from mlxcel.serving.text import events, start
 
 logger = logging.getLogger(__name__)
@@ -47,6 +49,15 @@ async def response_events(run: ResponseRun, store: ResponseStore) -> AsyncIterat
     in_progress = response_object(run, "in_progress", [])
     yield out.event("response.created", response=in_progress)
     yield out.event("response.in_progress", response=in_progress)
+    stream = _tool_events if run.tools is not None else _text_events
+    async for event in stream(out, store, handle):
+        yield event
+
+
+async def _text_events(
+    out: _Events, store: ResponseStore, handle: RequestHandle
+) -> AsyncIterator[dict[str, Any]]:
+    run = out.run
     yield out.event(
         "response.output_item.added", output_index=0, item=message_item(run, "in_progress", None)
     )
@@ -64,10 +75,36 @@ async def response_events(run: ResponseRun, store: ResponseStore) -> AsyncIterat
         yield _failed(out, store, "".join(parts), exc)
 
 
+async def _tool_events(
+    out: _Events, store: ResponseStore, handle: RequestHandle
+) -> AsyncIterator[dict[str, Any]]:
+    run = out.run
+    assert run.tools is not None
+    tools = ToolEvents(
+        run.tools.parser, out.event, lambda status, text: message_item(run, status, text)
+    )
+    try:
+        async for event in events(handle):
+            for item in tools.feed(event.text):
+                yield item
+            if event.finish_reason is not None:
+                for item in tools.finish():
+                    yield item
+                status = status_for(event.finish_reason)
+                usage = usage_object(
+                    event.prompt_tokens, event.completion_tokens, event.cached_tokens
+                )
+                calls = [i for i in tools.items if i["type"] == "function_call"]
+                response = finish(run, store, status, tools.text or "", usage, calls=calls)
+                yield out.event(f"response.{status}", response=response)
+    except Exception as exc:
+        yield _failed(out, store, tools.text or "", exc)
+
+
 def _done(out: _Events, store: ResponseStore, text: str, last: TokenEvent) -> list[dict[str, Any]]:
     run = out.run
     status = status_for(last.finish_reason or "stop")
-    usage = usage_object(last.prompt_tokens, last.completion_tokens)
+    usage = usage_object(last.prompt_tokens, last.completion_tokens, last.cached_tokens)
     response = finish(run, store, status, text, usage)
     return [
         out.text("response.output_text.done", text=text, logprobs=[]),
