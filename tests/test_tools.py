@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
@@ -10,6 +11,7 @@ import openai
 import pytest
 
 from mlxcel.parsers.tools import PARSERS, Text, ToolArguments, ToolStart
+from tests.conftest import start
 from tests.server_process import ServerProcess
 
 WEATHER = {
@@ -196,3 +198,34 @@ def test_bad_tool_requests_are_400(server: ServerProcess, body: dict[str, Any], 
         response = http.post("/v1/chat/completions", json={"messages": ASK, **body})
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == param
+
+
+@pytest.fixture(scope="module")
+def thinking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    proc = start(tmp_path_factory.mktemp("think"), "--reasoning-parser", "qwen3")
+    yield proc
+    proc.stop()
+
+
+# Forces the default model (which never thinks) to write qwen3-style thinking, tags included.
+THINKING = 'root ::= "<think>" [a-z ]{3,20} "</think>" [A-Za-z ]{3,20}'
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stream", [False, True])
+def test_reasoning_is_split_from_the_answer(thinking: ServerProcess, stream: bool) -> None:
+    client = openai.OpenAI(base_url=thinking.base_url, api_key="x", max_retries=0)
+    body = {"model": "default", "messages": ASK, "max_tokens": 60, "temperature": 0}
+    extra = {"grammar": THINKING}
+    if not stream:
+        message = client.chat.completions.create(**body, extra_body=extra).choices[0].message  # type: ignore[call-overload]
+        reasoning, content = message.reasoning_content, message.content  # type: ignore[attr-defined]
+        assert message.reasoning == reasoning  # type: ignore[attr-defined]
+    else:
+        chunks = list(client.chat.completions.create(**body, extra_body=extra, stream=True))  # type: ignore[call-overload]
+        deltas = [c.choices[0].delta for c in chunks if c.choices]
+        reasoning = "".join(getattr(d, "reasoning_content", None) or "" for d in deltas)
+        content = "".join(d.content or "" for d in deltas)
+    assert reasoning and content
+    assert "<think>" not in reasoning + content and "</think>" not in reasoning + content
+    assert reasoning.replace(" ", "").isalpha() and content.replace(" ", "").isalpha()

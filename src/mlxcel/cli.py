@@ -11,6 +11,7 @@ from pathlib import Path
 
 from mlxcel import config as defaults
 from mlxcel.config import ServerConfig
+from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
 from mlxcel.parsers.tools import PARSERS
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -118,6 +119,13 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="how tool calls are read from output; auto is hermes for now (default: %(default)s)",
     )
     add(
+        "--reasoning-parser",
+        choices=["auto", "none", *REASONING_PARSERS],
+        default="auto",
+        help="how thinking is split from answers; auto reads the template's <think> tags "
+        "(default: %(default)s)",
+    )
+    add(
         "--queue-timeout",
         type=float,
         default=defaults.DEFAULT_QUEUE_TIMEOUT,
@@ -220,6 +228,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         warmup=not args.no_warmup,
         log_level=args.log_level,
         tool_call_parser=args.tool_call_parser,
+        reasoning_parser=args.reasoning_parser,
         temperature=args.temp,
         top_p=args.top_p,
         top_k=args.top_k,

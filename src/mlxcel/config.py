@@ -54,6 +54,7 @@ class ServerConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     log_level: str = DEFAULT_LOG_LEVEL
     tool_call_parser: str = "auto"
+    reasoning_parser: str = "auto"
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None

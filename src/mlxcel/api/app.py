@@ -21,6 +21,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.api_keys = config.api_keys
     app.state.n_predict = config.n_predict
     app.state.tool_call_parser = config.tool_call_parser
+    app.state.reasoning_parser = config.reasoning_parser
     app.state.started = int(time.time())
     app.state.metrics_registry = CollectorRegistry()
     install_error_handlers(app)

@@ -8,9 +8,13 @@ from typing import Any
 
 from mlxcel.api.schemas.chat import ChatCompletionRequest
 from mlxcel.engine.registry import LoadedModel
+from mlxcel.engine.types import TokenEvent
+from mlxcel.parsers.reasoning import PARSERS as REASONING
+from mlxcel.parsers.reasoning import ThinkParser
 from mlxcel.serving.chat_template import render_chat
 from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.logprobs import chat_logprobs
+from mlxcel.serving.reasoning import reasoning_parser_name, split_reasoning
 from mlxcel.serving.text import (
     Generation,
     collect_all,
@@ -29,6 +33,8 @@ class ChatJob:
 
     generations: list[Generation]
     tools: ToolPlan | None
+    reasoning: str | None = None
+    """The reasoning parser's name, when the model's thinking is split from its answer."""
 
 
 def _plan(request: ChatCompletionRequest, tool_parser: str) -> ToolPlan | None:
@@ -43,6 +49,13 @@ def chat_prompt(
     model: LoadedModel, request: ChatCompletionRequest, tool_parser: str = "auto"
 ) -> list[int]:
     """The prompt tokens for a chat request, through the model's own template."""
+    generator = model.generator
+    text = chat_text(model, request, tool_parser)
+    return generator.tokenize(text, add_special=generator.add_bos, parse_special=True)
+
+
+def chat_text(model: LoadedModel, request: ChatCompletionRequest, tool_parser: str) -> str:
+    """The prompt text for a chat request, rendered by the model's own template."""
     generator = model.generator
     plan = _plan(request, tool_parser)
     tools = plan.tools if plan else []
@@ -60,15 +73,23 @@ def chat_prompt(
         # Cut the template's end-of-turn after the last message so the model carries on it.
         last = messages[-1]["content"] or ""
         text = text[: text.rindex(last) + len(last)] if last in text else text
-    return generator.tokenize(text, add_special=generator.add_bos, parse_special=True)
+    return text
 
 
 def prepare_chat(
-    model: LoadedModel, request: ChatCompletionRequest, n_predict: int, tool_parser: str = "auto"
+    model: LoadedModel,
+    request: ChatCompletionRequest,
+    n_predict: int,
+    tool_parser: str,
+    reasoning_parser: str,
 ) -> ChatJob:
     """One generation per requested choice, sampling resolved; a forced tool call constrained."""
+    generator = model.generator
     plan = _plan(request, tool_parser)
-    prompt = chat_prompt(model, request, tool_parser)
+    text = chat_text(model, request, tool_parser)
+    template = generator.chat_template.source if generator.chat_template else ""
+    reasoning = reasoning_parser_name(reasoning_parser, text, template)
+    prompt = generator.tokenize(text, add_special=generator.add_bos, parse_special=True)
     generations = prepare_choices(
         model, new_id("chatcmpl"), [prompt], request, request.token_limit(), n_predict, "messages"
     )
@@ -82,14 +103,19 @@ def prepare_chat(
         generations = [
             replace(g, params=replace(g.params, grammar=plan.grammar)) for g in generations
         ]
-    return ChatJob(generations, plan)
+    return ChatJob(generations, plan, reasoning)
 
 
-def _message(text: str, finish: str, plan: ToolPlan | None) -> tuple[dict[str, Any], str]:
+def _message(text: str, finish: str, job: ChatJob) -> tuple[dict[str, Any], str]:
+    thinking: dict[str, Any] = {}
+    if job.reasoning is not None:
+        reasoning, text = split_reasoning(text, job.reasoning)
+        thinking = {"reasoning_content": reasoning, "reasoning": reasoning}
+    plan = job.tools
     if plan is None:
-        return {"role": "assistant", "content": text}, finish
+        return {"role": "assistant", "content": text, **thinking}, finish
     content, calls = parse_message(text, plan.parser)
-    message: dict[str, Any] = {"role": "assistant", "content": content}
+    message: dict[str, Any] = {"role": "assistant", "content": content, **thinking}
     if not calls:
         return message, finish
     message["tool_calls"] = calls
@@ -104,7 +130,7 @@ async def chat_completion(job: ChatJob) -> dict[str, Any]:
     wants_logprobs = first.params.logprobs is not None
     choices = []
     for g, o in zip(generations, outcomes, strict=True):
-        message, finish = _message(o.text, o.finish_reason, job.tools)
+        message, finish = _message(o.text, o.finish_reason, job)
         logprobs = chat_logprobs(o.logprobs) if wants_logprobs else None
         choices.append(
             {"index": g.index, "message": message, "logprobs": logprobs, "finish_reason": finish}
@@ -139,11 +165,23 @@ def _chunk(
     }
 
 
+def _split_thinking(split: ThinkParser | None, event: TokenEvent) -> tuple[str, str]:
+    """An event's (answer text, reasoning text); everything is answer without a parser."""
+    if split is None:
+        return event.text, ""
+    reasoning, text = split.feed(event.text)
+    if event.finish_reason is not None:
+        more_reasoning, more_text = split.finish()
+        reasoning, text = reasoning + more_reasoning, text + more_text
+    return text, reasoning
+
+
 async def chat_chunks(job: ChatJob, include_usage: bool) -> AsyncIterator[dict[str, Any]]:
     """chat.completion.chunk objects: each choice's role first, then text or tool-call deltas,
     then its finish."""
     generations = job.generations
     parsers = {i: ToolStream(job.tools.parser) for i in range(len(generations)) if job.tools}
+    thinking = {i: REASONING[job.reasoning]() for i in range(len(generations)) if job.reasoning}
     role_sent: set[int] = set()
     completion_tokens = 0
     cached: dict[int, int] = {}
@@ -153,9 +191,11 @@ async def chat_chunks(job: ChatJob, include_usage: bool) -> AsyncIterator[dict[s
             role_sent.add(position)
             yield _chunk(generation, {"role": "assistant", "content": ""}, None)
         logprobs = chat_logprobs(event.logprobs) if event.logprobs else None
+        text, reasoning = _split_thinking(thinking.get(position), event)
+        if reasoning:
+            yield _chunk(generation, {"reasoning_content": reasoning, "reasoning": reasoning}, None)
         parser = parsers.get(position)
-        plain = [{"content": event.text}] if event.text else []
-        deltas = parser.feed(event.text) if parser else plain
+        deltas = parser.feed(text) if parser else ([{"content": text}] if text else [])
         if event.finish_reason is not None and parser:
             deltas += parser.finish()
         for delta in deltas:

@@ -50,7 +50,7 @@ async def chat_completions(
     model = model_for(request, body.model)
     state = request.app.state
     job = await asyncio.to_thread(
-        prepare_chat, model, body, state.n_predict, state.tool_call_parser
+        prepare_chat, model, body, state.n_predict, state.tool_call_parser, state.reasoning_parser
     )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -1,0 +1,26 @@
+"""Which reasoning parser a chat request uses, and the split of thinking from the answer."""
+
+from __future__ import annotations
+
+from mlxcel.parsers.reasoning import PARSERS
+
+
+def reasoning_parser_name(setting: str, prompt_text: str, template_source: str) -> str | None:
+    """The parser for this request: the server's choice, or with 'auto' the template's tags."""
+    if setting == "none":
+        return None
+    if setting != "auto":
+        return setting
+    if "<think>" not in template_source:
+        return None
+    # A template that opens <think> for the model (DeepSeek-R1 style) starts it inside.
+    return "deepseek_r1" if prompt_text.rstrip().endswith("<think>") else "qwen3"
+
+
+def split_reasoning(text: str, parser: str) -> tuple[str | None, str]:
+    """A whole answer as (reasoning or None, content)."""
+    split = PARSERS[parser]()
+    reasoning, content = split.feed(text)
+    rest_reasoning, rest_content = split.finish()
+    reasoning += rest_reasoning
+    return (reasoning or None), content + rest_content
