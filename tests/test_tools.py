@@ -229,3 +229,63 @@ def test_reasoning_is_split_from_the_answer(thinking: ServerProcess, stream: boo
     assert reasoning and content
     assert "<think>" not in reasoning + content and "</think>" not in reasoning + content
     assert reasoning.replace(" ", "").isalpha() and content.replace(" ", "").isalpha()
+
+
+JSON_FORMATS = {
+    "llama3_json": '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}',
+    "mistral": '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+    '{"name": "get_time", "arguments": {"zone": "CET"}}]',
+    "json": '{"name": "get_weather", "arguments": {"city": "Paris"}}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(JSON_FORMATS))
+@pytest.mark.parametrize("step", [1, 4, 1000])
+def test_json_call_formats(name: str, step: int) -> None:
+    parser = PARSERS[name]()
+    text = "Checking. " + JSON_FORMATS[name] if name != "json" else JSON_FORMATS[name]
+    deltas = []
+    for i in range(0, len(text), step):
+        deltas += parser.feed(text[i : i + step])
+    deltas += parser.finish()
+    names = [d.name for d in deltas if isinstance(d, ToolStart)]
+    args = [json.loads(d.fragment) for d in deltas if isinstance(d, ToolArguments)]
+    assert names[0] == "get_weather" and args[0] == {"city": "Paris"}
+    assert len(names) == (2 if name == "mistral" else 1)
+    content = "".join(d.text for d in deltas if isinstance(d, Text))
+    assert content == ("" if name == "json" else "Checking. ")
+
+
+@pytest.mark.parametrize("name", sorted(JSON_FORMATS))
+def test_json_formats_keep_plain_and_broken_answers_as_content(name: str) -> None:
+    for text in ("Just an answer.", "{not json at all"):
+        parser = PARSERS[name]()
+        deltas = parser.feed(text) + parser.finish()
+        assert all(isinstance(d, Text) for d in deltas)
+        assert "".join(d.text for d in deltas if isinstance(d, Text)).endswith(text)
+
+
+@pytest.fixture(scope="module", params=["mistral", "llama3_json"])
+def parser_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    proc = start(tmp_path_factory.mktemp(request.param), "--tool-call-parser", request.param)
+    yield proc
+    proc.stop()
+
+
+@pytest.mark.slow
+def test_forced_calls_in_each_format(parser_server: ServerProcess) -> None:
+    client = openai.OpenAI(base_url=parser_server.base_url, api_key="x", max_retries=0)
+    response = client.chat.completions.create(
+        model="default",
+        messages=ASK,
+        tools=[WEATHER],
+        tool_choice="required",  # type: ignore[list-item]
+        max_tokens=80,
+        temperature=0,
+    )
+    choice = response.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+    for call in choice.message.tool_calls:
+        _arguments_valid(call, WEATHER)

@@ -11,6 +11,7 @@ from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from mlxcel.engine.types import ChatTemplate
 from mlxcel.parsers.tools import (
+    CALL_SHAPES,
     DEFAULT_PARSER,
     PARSERS,
     Text,
@@ -18,7 +19,6 @@ from mlxcel.parsers.tools import (
     ToolCallParser,
     ToolStart,
 )
-from mlxcel.parsers.tools.hermes import CLOSE, OPEN
 from mlxcel.serving.chat_template import CHATML
 from mlxcel.serving.errors import invalid_request
 
@@ -67,28 +67,36 @@ def template_messages(
     return messages
 
 
-def _call_schema(tool: dict[str, Any]) -> dict[str, Any]:
+def _call_schema(tool: dict[str, Any], arguments_key: str) -> dict[str, Any]:
     function = tool["function"]
     parameters = function.get("parameters") or {"type": "object"}
     return {
         "type": "object",
-        "properties": {"name": {"const": function["name"]}, "arguments": parameters},
-        "required": ["name", "arguments"],
+        "properties": {"name": {"const": function["name"]}, arguments_key: parameters},
+        "required": ["name", arguments_key],
     }
 
 
-def forced_call_grammar(tools: list[dict[str, Any]], parallel: bool) -> str:
-    """GBNF for one (or, with `parallel`, several) hermes tool calls to one of `tools`."""
-    schemas = [_call_schema(t) for t in tools]
+def _literal(text: str) -> str:
+    return json.dumps(text)  # a JSON string literal is a valid GBNF literal
+
+
+def forced_call_grammar(tools: list[dict[str, Any]], parallel: bool, parser: str) -> str:
+    """GBNF for one (or, with `parallel`, several) calls to `tools`, written as `parser` reads."""
+    arguments_key, (opening, separator, closing) = CALL_SHAPES[parser]
+    schemas = [_call_schema(t, arguments_key) for t in tools]
     schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
     try:
         rules = json_schema_to_gbnf(json.dumps(schema))
     except Exception as exc:  # the converter raises plain errors on schema features it lacks
         raise invalid_request(f"cannot constrain to these tool parameters: {exc}", "tools") from exc
     rules = re.sub(r"^root ::=", "call ::=", rules, flags=re.MULTILINE)
-    one = f'"{OPEN}\\n" call "\\n{CLOSE}"'
-    repeat = f' ("\\n" {one})*' if parallel else ""
-    return f"root ::= {one}{repeat}\n{rules}"
+    parts = [_literal(opening), "call"]
+    if parallel and separator is not None:
+        parts.append(f"({_literal(separator)} call)*")
+    parts.append(_literal(closing))
+    root = " ".join(p for p in parts if p != '""')
+    return f"root ::= {root}\n{rules}"
 
 
 def plan_tools(
@@ -111,9 +119,9 @@ def plan_tools(
             raise invalid_request(
                 f"tool_choice names '{name}', which is not in tools", "tool_choice"
             )
-        return ToolPlan(tools, parser, forced_call_grammar(chosen, parallel=False))
+        return ToolPlan(tools, parser, forced_call_grammar(chosen, False, parser))
     if choice == "required":
-        return ToolPlan(tools, parser, forced_call_grammar(tools, parallel))
+        return ToolPlan(tools, parser, forced_call_grammar(tools, parallel, parser))
     return ToolPlan(tools, parser, None)
 
 
