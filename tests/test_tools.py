@@ -289,3 +289,13 @@ def test_forced_calls_in_each_format(parser_server: ServerProcess) -> None:
     assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
     for call in choice.message.tool_calls:
         _arguments_valid(call, WEATHER)
+
+
+def test_auto_detects_the_parser_from_the_template() -> None:
+    from mlxcel.parsers.tools import detect_parser
+
+    assert detect_parser("{{ '<tool_call>' }}{{ tool_call | tojson }}") == "hermes"
+    assert detect_parser("{{ '[TOOL_CALLS]' + tool_calls | tojson }}") == "mistral"
+    assert detect_parser("{{ '<|python_tag|>' + tool_call.arguments }}") == "llama3_json"
+    assert detect_parser("{{ message.content }}") == "hermes"
+    assert detect_parser(None) == "hermes"

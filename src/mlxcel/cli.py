@@ -116,7 +116,8 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--tool-call-parser",
         choices=["auto", *PARSERS],
         default="auto",
-        help="how tool calls are read from output; auto is hermes for now (default: %(default)s)",
+        help="how tool calls are read from output; auto follows the chat template "
+        "(default: %(default)s)",
     )
     add(
         "--reasoning-parser",

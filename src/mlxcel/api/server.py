@@ -16,6 +16,7 @@ from mlxcel.api.app import create_app
 from mlxcel.config import ServerConfig
 from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.engine.registry import ModelRegistry, load_text_model
+from mlxcel.parsers.tools import detect_parser
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,12 @@ def _unix_socket(path: Path) -> socket.socket:
 def _load(app: FastAPI, config: ServerConfig, server: uvicorn.Server) -> None:
     try:
         registry = ModelRegistry()
-        registry.add(load_text_model(config, EngineMetrics(app.state.metrics_registry)))
+        model = load_text_model(config, EngineMetrics(app.state.metrics_registry))
+        if config.tool_call_parser == "auto":
+            template = model.generator.chat_template
+            parser = detect_parser(template.source if template else None)
+            logger.info("tool-call parser: %s (auto, from the chat template)", parser)
+        registry.add(model)
         app.state.registry = registry
     except Exception as exc:
         logger.error("could not load %s: %s", config.model, exc)

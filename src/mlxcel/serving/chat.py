@@ -37,12 +37,13 @@ class ChatJob:
     """The reasoning parser's name, when the model's thinking is split from its answer."""
 
 
-def _plan(request: ChatCompletionRequest, tool_parser: str) -> ToolPlan | None:
+def _plan(model: LoadedModel, request: ChatCompletionRequest, tool_parser: str) -> ToolPlan | None:
     tools = [t.model_dump(exclude_none=True) for t in request.tools or []]
     choice = request.tool_choice
     named = choice.model_dump() if choice is not None and not isinstance(choice, str) else choice
     parallel = request.parallel_tool_calls is not False
-    return plan_tools(tools, named, parallel, tool_parser)
+    template = model.generator.chat_template
+    return plan_tools(tools, named, parallel, tool_parser, template.source if template else None)
 
 
 def chat_prompt(
@@ -57,7 +58,7 @@ def chat_prompt(
 def chat_text(model: LoadedModel, request: ChatCompletionRequest, tool_parser: str) -> str:
     """The prompt text for a chat request, rendered by the model's own template."""
     generator = model.generator
-    plan = _plan(request, tool_parser)
+    plan = _plan(model, request, tool_parser)
     tools = plan.tools if plan else []
     messages = template_messages(
         generator.chat_template, [m.template_dict() for m in request.messages], tools
@@ -85,7 +86,7 @@ def prepare_chat(
 ) -> ChatJob:
     """One generation per requested choice, sampling resolved; a forced tool call constrained."""
     generator = model.generator
-    plan = _plan(request, tool_parser)
+    plan = _plan(model, request, tool_parser)
     text = chat_text(model, request, tool_parser)
     template = generator.chat_template.source if generator.chat_template else ""
     reasoning = reasoning_parser_name(reasoning_parser, text, template)

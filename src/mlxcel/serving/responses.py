@@ -52,7 +52,14 @@ def prepare_response(
     system = [{"role": "system", "content": request.instructions}] if request.instructions else []
     parallel = request.parallel_tool_calls is not False
     chat_tools = [chat_tool(t) for t in request.function_tools()]
-    plan = plan_tools(chat_tools, chat_tool_choice(request.tool_choice), parallel, "auto")
+    template = model.generator.chat_template
+    plan = plan_tools(
+        chat_tools,
+        chat_tool_choice(request.tool_choice),
+        parallel,
+        "auto",
+        template.source if template else None,
+    )
     shown = plan.tools if plan else []
     prompt = prompt_tokens(model.generator, [*system, *messages], shown)
     generation = prepare(

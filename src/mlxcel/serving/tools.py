@@ -12,12 +12,12 @@ from llama_cpp.llama_grammar import json_schema_to_gbnf
 from mlxcel.engine.types import ChatTemplate
 from mlxcel.parsers.tools import (
     CALL_SHAPES,
-    DEFAULT_PARSER,
     PARSERS,
     Text,
     ToolArguments,
     ToolCallParser,
     ToolStart,
+    detect_parser,
 )
 from mlxcel.serving.chat_template import CHATML
 from mlxcel.serving.errors import invalid_request
@@ -104,10 +104,11 @@ def plan_tools(
     choice: Any,
     parallel: bool,
     parser: str,
+    template_source: str | None,
 ) -> ToolPlan | None:
     """None when the request has no tools to use (none given, or tool_choice 'none')."""
     if parser == "auto":
-        parser = DEFAULT_PARSER
+        parser = detect_parser(template_source)
     if not tools and choice not in (None, "none", "auto"):
         raise invalid_request("tool_choice requires tools", "tool_choice")
     if not tools or choice == "none":

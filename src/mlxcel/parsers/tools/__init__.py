@@ -24,8 +24,22 @@ CALL_SHAPES: dict[str, tuple[str, tuple[str, str | None, str]]] = {
     "json": ("arguments", ("", None, "")),
 }
 
-# What "auto" means until more formats (and detection from the chat template) exist.
+# Markup a chat template writes for tool calls, and the parser that reads it (first match).
+_TEMPLATE_MARKERS = (
+    ("<tool_call>", "hermes"),
+    ("[TOOL_CALLS]", "mistral"),
+    ("<|python_tag|>", "llama3_json"),
+)
+# For templates that show no call markup: the format the forcing grammar writes best.
 DEFAULT_PARSER = "hermes"
+
+
+def detect_parser(template_source: str | None) -> str:
+    """The parser for the tool-call markup a chat template uses ('auto')."""
+    for marker, name in _TEMPLATE_MARKERS:
+        if template_source and marker in template_source:
+            return name
+    return DEFAULT_PARSER
 
 
 __all__ = [
@@ -37,4 +51,5 @@ __all__ = [
     "ToolArguments",
     "ToolCallParser",
     "ToolStart",
+    "detect_parser",
 ]
