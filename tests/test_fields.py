@@ -211,29 +211,6 @@ def test_stop_token_ids_and_include_stop_str(client: openai.OpenAI, server: Serv
     assert kept.choices[0].text.endswith(" 6")
 
 
-def test_generation_prompt_controls(client: openai.OpenAI) -> None:
-    def prompt_tokens(**extra: object) -> int:
-        response = client.chat.completions.create(
-            model="default",
-            messages=[
-                {"role": "user", "content": "What is the capital of France?"},
-                {"role": "assistant", "content": "The capital of France is"},
-            ],
-            max_tokens=4,
-            temperature=0,
-            extra_body=extra,
-        )
-        assert response.usage is not None
-        return response.usage.prompt_tokens
-
-    full = prompt_tokens()
-    without = prompt_tokens(add_generation_prompt=False)
-    continued = prompt_tokens(add_generation_prompt=False, continue_final_message=True)
-    assert without < full
-    assert continued < without
-    assert prompt_tokens(chat_template_kwargs={"enable_thinking": False}) == full
-
-
 def test_echo_and_prompt_shapes(client: openai.OpenAI, server: ServerProcess) -> None:
     text = "The cat sat on the"
     echoed = client.completions.create(

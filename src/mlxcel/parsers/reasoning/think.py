@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
+from mlxcel.parsers.markup import held_prefix
+
 OPEN, CLOSE = "<think>", "</think>"
-
-
-def _held(text: str, marker: str) -> int:
-    """Length of the longest end of `text` that could begin `marker`."""
-    for n in range(min(len(marker) - 1, len(text)), 0, -1):
-        if text.endswith(marker[:n]):
-            return n
-    return 0
 
 
 class ThinkParser:
@@ -45,7 +39,7 @@ class ThinkParser:
                 self._buffer = self._buffer[at + len(marker) :]
                 self._inside = not self._inside
                 continue
-            keep = _held(self._buffer, marker) if (self._inside or not self._seen_text) else 0
+            keep = held_prefix(self._buffer, marker) if (self._inside or not self._seen_text) else 0
             ready, self._buffer = (
                 self._buffer[: len(self._buffer) - keep],
                 self._buffer[len(self._buffer) - keep :],

@@ -6,18 +6,11 @@ import json
 import re
 import uuid
 
+from mlxcel.parsers.markup import held_prefix
 from mlxcel.parsers.tools.base import Delta, Text, ToolArguments, ToolStart
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _NAME = re.compile(r'^\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
-
-
-def _held_prefix(text: str, marker: str) -> int:
-    """Length of the longest end of `text` that could begin `marker`."""
-    for n in range(min(len(marker) - 1, len(text)), 0, -1):
-        if text.endswith(marker[:n]):
-            return n
-    return 0
 
 
 class HermesParser:
@@ -53,7 +46,7 @@ class HermesParser:
     def _outside_call(self, deltas: list[Delta]) -> bool:
         at = self._buffer.find(OPEN)
         if at < 0:
-            keep = _held_prefix(self._buffer, OPEN)
+            keep = held_prefix(self._buffer, OPEN)
             ready = self._buffer[: len(self._buffer) - keep]
             if ready:
                 deltas.append(Text(ready))
@@ -89,7 +82,7 @@ class HermesParser:
             deltas.extend(self._close(body))
             return True
         # Hold back what may be the outer object's "}" and the start of the closing tag.
-        body = self._buffer[: len(self._buffer) - _held_prefix(self._buffer, CLOSE)].rstrip()
+        body = self._buffer[: len(self._buffer) - held_prefix(self._buffer, CLOSE)].rstrip()
         cut = len(body) - 1 if body.endswith("}") else len(body)
         if cut > self._sent:
             deltas.append(ToolArguments(self._calls, self._buffer[self._sent : cut]))

@@ -11,14 +11,8 @@ import json
 import uuid
 from typing import Any
 
+from mlxcel.parsers.markup import held_prefix
 from mlxcel.parsers.tools.base import Delta, Text, ToolArguments, ToolStart
-
-
-def _held(text: str, marker: str) -> int:
-    for n in range(min(len(marker) - 1, len(text)), 0, -1):
-        if text.endswith(marker[:n]):
-            return n
-    return 0
 
 
 class JsonCallsParser:
@@ -57,7 +51,7 @@ class JsonCallsParser:
             self._prefix = self._marker
             self._buffer = ""
             return [Text(before)] if before else []
-        ready = self._buffer[: len(self._buffer) - _held(self._buffer, self._marker)]
+        ready = self._buffer[: len(self._buffer) - held_prefix(self._buffer, self._marker)]
         self._buffer = self._buffer[len(ready) :]
         return [Text(ready)] if ready else []
 
