@@ -127,6 +127,12 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     add(
+        "--chat-template-file",
+        type=Path,
+        metavar="FILE",
+        help="Jinja chat template to use instead of the model's own",
+    )
+    add(
         "--queue-timeout",
         type=float,
         default=defaults.DEFAULT_QUEUE_TIMEOUT,
@@ -196,6 +202,8 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             parser.error(f"--{name.replace('_', '-')} must be at least {minimum}")
     if not 0 < args.port < 65536:
         parser.error("--port must be between 1 and 65535")
+    if args.chat_template_file is not None and not args.chat_template_file.is_file():
+        parser.error(f"--chat-template-file {args.chat_template_file}: no such file")
 
 
 def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServerConfig:
@@ -230,6 +238,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         log_level=args.log_level,
         tool_call_parser=args.tool_call_parser,
         reasoning_parser=args.reasoning_parser,
+        chat_template_file=args.chat_template_file,
         temperature=args.temp,
         top_p=args.top_p,
         top_k=args.top_k,

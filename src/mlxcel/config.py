@@ -55,6 +55,7 @@ class ServerConfig:
     log_level: str = DEFAULT_LOG_LEVEL
     tool_call_parser: str = "auto"
     reasoning_parser: str = "auto"
+    chat_template_file: Path | None = None
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None

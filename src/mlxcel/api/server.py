@@ -40,7 +40,7 @@ def _load(app: FastAPI, config: ServerConfig, server: uvicorn.Server) -> None:
         registry = ModelRegistry()
         model = load_text_model(config, EngineMetrics(app.state.metrics_registry))
         if config.tool_call_parser == "auto":
-            template = model.generator.chat_template
+            template = model.chat_template
             parser = detect_parser(template.source if template else None)
             logger.info("tool-call parser: %s (auto, from the chat template)", parser)
         registry.add(model)

@@ -12,7 +12,7 @@ from mlxcel.config import ServerConfig
 from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.engine.sampling import SamplingDefaults, model_defaults
 from mlxcel.engine.scheduler import Scheduler, SchedulerLimits
-from mlxcel.engine.types import TextGenerator
+from mlxcel.engine.types import ChatTemplate, TextGenerator
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +33,8 @@ class LoadedModel:
     generator: TextGenerator
     scheduler: Scheduler
     defaults: SamplingDefaults
+    chat_template: ChatTemplate | None
+    """The model's own template, or the one --chat-template-file named."""
 
 
 class ModelRegistry:
@@ -132,4 +134,17 @@ def load_text_model(config: ServerConfig, metrics: EngineMetrics | None = None) 
     defaults = model_defaults(config.sampling_flags(), generator.generation_config)
     logger.info("sampling defaults: %s", defaults)
     label = "mlx" if backend == "mlx" else "llama.cpp"
-    return LoadedModel(config.served_name, config.model, label, generator, scheduler, defaults)
+    template = _chat_template(config, generator)
+    return LoadedModel(
+        config.served_name, config.model, label, generator, scheduler, defaults, template
+    )
+
+
+def _chat_template(config: ServerConfig, generator: TextGenerator) -> ChatTemplate | None:
+    """The model's template, unless --chat-template-file replaces it (same special tokens)."""
+    own = generator.chat_template
+    if config.chat_template_file is None:
+        return own
+    source = config.chat_template_file.read_text()
+    logger.info("chat template: %s", config.chat_template_file)
+    return ChatTemplate(source, own.bos_token if own else "", own.eos_token if own else "")

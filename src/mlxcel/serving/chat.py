@@ -14,7 +14,7 @@ from mlxcel.parsers.reasoning import ThinkParser
 from mlxcel.serving.chat_template import render_chat
 from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.logprobs import chat_logprobs
-from mlxcel.serving.reasoning import reasoning_parser_name, split_reasoning
+from mlxcel.serving.reasoning import reasoning_parser_name, split_reasoning, thinking_kwargs
 from mlxcel.serving.text import (
     Generation,
     collect_all,
@@ -42,7 +42,7 @@ def _plan(model: LoadedModel, request: ChatCompletionRequest, tool_parser: str) 
     choice = request.tool_choice
     named = choice.model_dump() if choice is not None and not isinstance(choice, str) else choice
     parallel = request.parallel_tool_calls is not False
-    template = model.generator.chat_template
+    template = model.chat_template
     return plan_tools(tools, named, parallel, tool_parser, template.source if template else None)
 
 
@@ -57,15 +57,18 @@ def chat_prompt(
 
 def chat_text(model: LoadedModel, request: ChatCompletionRequest, tool_parser: str) -> str:
     """The prompt text for a chat request, rendered by the model's own template."""
-    generator = model.generator
     plan = _plan(model, request, tool_parser)
     tools = plan.tools if plan else []
     messages = template_messages(
-        generator.chat_template, [m.template_dict() for m in request.messages], tools
+        model.chat_template, [m.template_dict() for m in request.messages], tools
     )
-    extra = {**(request.chat_template_kwargs or {}), **({"tools": tools} if tools else {})}
+    extra = {
+        **thinking_kwargs(request.reasoning_effort),
+        **(request.chat_template_kwargs or {}),
+        **({"tools": tools} if tools else {}),
+    }
     text = render_chat(
-        generator.chat_template,
+        model.chat_template,
         messages,
         add_generation_prompt=request.add_generation_prompt,
         extra=extra,
@@ -88,7 +91,7 @@ def prepare_chat(
     generator = model.generator
     plan = _plan(model, request, tool_parser)
     text = chat_text(model, request, tool_parser)
-    template = generator.chat_template.source if generator.chat_template else ""
+    template = model.chat_template.source if model.chat_template else ""
     reasoning = reasoning_parser_name(reasoning_parser, text, template)
     prompt = generator.tokenize(text, add_special=generator.add_bos, parse_special=True)
     generations = prepare_choices(

@@ -12,15 +12,14 @@ from typing import Any
 from mlxcel.api.schemas.chat import ChatCompletionRequest
 from mlxcel.api.schemas.common import SamplingFields
 from mlxcel.api.schemas.native import (
-    ApplyTemplateRequest,
     DetokenizeRequest,
     NativeCompletionRequest,
     TokenizeRequest,
 )
 from mlxcel.engine.registry import LoadedModel
 from mlxcel.engine.types import SamplingParams, TextGenerator, TokenEvent
-from mlxcel.serving.chat import chat_prompt
-from mlxcel.serving.chat_template import CHATML, render_chat
+from mlxcel.serving.chat import chat_prompt, chat_text
+from mlxcel.serving.chat_template import CHATML
 from mlxcel.serving.errors import APIError, invalid_request
 from mlxcel.serving.sampling import sampling_params
 from mlxcel.serving.text import Generation, check_vocabulary, events, new_id, prepare, start
@@ -62,13 +61,17 @@ def detokenize(model: LoadedModel, request: DetokenizeRequest) -> dict[str, str]
     return {"content": detokenize_ids(model.generator, request.tokens)}
 
 
-def apply_template(model: LoadedModel, request: ApplyTemplateRequest) -> dict[str, str]:
-    """POST /apply-template: the prompt a chat request would run, generation prompt included."""
-    messages = [{"role": m.role, "content": m.text()} for m in request.messages]
-    return {"prompt": render_chat(model.generator.chat_template, messages)}
+def apply_template(
+    model: LoadedModel, request: ChatCompletionRequest, tool_parser: str
+) -> dict[str, str]:
+    """POST /apply-template: the prompt a chat request would run, with its tools, template
+    kwargs and reasoning effort, generation prompt included."""
+    return {"prompt": chat_text(model, request, tool_parser)}
 
 
-def count_input_tokens(model: LoadedModel, request: ChatCompletionRequest) -> dict[str, Any]:
+def count_input_tokens(
+    model: LoadedModel, request: ChatCompletionRequest, tool_parser: str
+) -> dict[str, Any]:
     """POST /v1/chat/completions/input_tokens: the prompt length the chat route would run.
 
     A prompt longer than the context is still counted: that is what counting is for.
@@ -79,7 +82,10 @@ def count_input_tokens(model: LoadedModel, request: ChatCompletionRequest) -> di
         raise invalid_request(
             f"'{unsupported}' is not supported by this server yet", unsupported, "unsupported_field"
         )
-    return {"object": "response.input_tokens", "input_tokens": len(chat_prompt(model, request))}
+    return {
+        "object": "response.input_tokens",
+        "input_tokens": len(chat_prompt(model, request, tool_parser)),
+    }
 
 
 def generation_settings(params: SamplingParams, *, stream: bool) -> dict[str, Any]:
@@ -106,7 +112,7 @@ def props(model: LoadedModel, n_predict: int) -> dict[str, Any]:
     # llama-server shows the server's own limit here (-1: none), not one request's.
     settings = generation_settings(defaults, stream=False)
     params = {**settings, "n_predict": n_predict, "max_tokens": n_predict}
-    template = generator.chat_template
+    template = model.chat_template
     return {
         "default_generation_settings": {"n_ctx": n_ctx, "params": params},
         "total_slots": generator.n_slots,

@@ -17,6 +17,14 @@ def reasoning_parser_name(setting: str, prompt_text: str, template_source: str) 
     return "deepseek_r1" if prompt_text.rstrip().endswith("<think>") else "qwen3"
 
 
+def thinking_kwargs(effort: str | None) -> dict[str, object]:
+    """Template variables for a reasoning effort: gpt-oss style templates read
+    `reasoning_effort`, Qwen3 style ones `enable_thinking` (off for effort 'none')."""
+    if effort is None:
+        return {}
+    return {"reasoning_effort": effort, **({"enable_thinking": False} if effort == "none" else {})}
+
+
 def split_reasoning(text: str, parser: str) -> tuple[str | None, str]:
     """A whole answer as (reasoning or None, content)."""
     split = PARSERS[parser]()

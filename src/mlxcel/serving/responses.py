@@ -10,15 +10,17 @@ from typing import Any
 from mlxcel.api.schemas.responses import ResponsesRequest
 from mlxcel.engine.registry import LoadedModel
 from mlxcel.serving.errors import invalid_request
+from mlxcel.serving.reasoning import reasoning_parser_name
 from mlxcel.serving.response_store import ResponseStore
 from mlxcel.serving.responses_input import (
     chat_messages,
     chat_tool,
     chat_tool_choice,
     check_supported,
-    prompt_tokens,
+    prompt_text,
 )
-from mlxcel.serving.responses_tools import assistant_turn, split_output
+from mlxcel.serving.responses_output import Emit, OutputItems
+from mlxcel.serving.responses_tools import assistant_turn
 from mlxcel.serving.text import Generation, collect, prepare
 from mlxcel.serving.tools import ToolPlan, plan_tools
 
@@ -38,6 +40,13 @@ class ResponseRun:
     """The earlier conversation and this input, without instructions (those do not carry over)."""
     message_id: str
     tools: ToolPlan | None = None
+    reasoning: str | None = None
+    """The reasoning parser's name, when the model's thinking becomes a reasoning item."""
+
+    def output(self, emit: Emit) -> OutputItems:
+        """A builder for this response's output items, its events sent through `emit`."""
+        tool_parser = self.tools.parser if self.tools else None
+        return OutputItems(tool_parser, self.reasoning, emit, self.message_id)
 
 
 def prepare_response(
@@ -45,6 +54,8 @@ def prepare_response(
     request: ResponsesRequest,
     history: list[dict[str, Any]],
     n_predict: int,
+    tool_parser: str = "auto",
+    reasoning_parser: str = "auto",
 ) -> ResponseRun:
     """Check the fields, render instructions, history and input, and resolve sampling."""
     check_supported(request)
@@ -52,16 +63,15 @@ def prepare_response(
     system = [{"role": "system", "content": request.instructions}] if request.instructions else []
     parallel = request.parallel_tool_calls is not False
     chat_tools = [chat_tool(t) for t in request.function_tools()]
-    template = model.generator.chat_template
-    plan = plan_tools(
-        chat_tools,
-        chat_tool_choice(request.tool_choice),
-        parallel,
-        "auto",
-        template.source if template else None,
-    )
-    shown = plan.tools if plan else []
-    prompt = prompt_tokens(model.generator, [*system, *messages], shown)
+    template = model.chat_template
+    source = template.source if template else None
+    choice = chat_tool_choice(request.tool_choice)
+    plan = plan_tools(chat_tools, choice, parallel, tool_parser, source)
+    effort = request.reasoning.effort if request.reasoning else None
+    text = prompt_text(template, [*system, *messages], plan.tools if plan else [], effort)
+    reasoning = reasoning_parser_name(reasoning_parser, text, source or "")
+    generator = model.generator
+    prompt = generator.tokenize(text, add_special=generator.add_bos, parse_special=True)
     generation = prepare(
         model, response_id("resp"), prompt, request, request.max_output_tokens, n_predict, "input"
     )
@@ -72,32 +82,20 @@ def prepare_response(
                 "tool_choice",
             )
         generation = replace(generation, params=replace(generation.params, grammar=plan.grammar))
-    return ResponseRun(generation, request, messages, response_id("msg"), plan)
+    return ResponseRun(generation, request, messages, response_id("msg"), plan, reasoning)
 
 
-def output_text(text: str) -> dict[str, Any]:
-    """An output_text content part."""
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-
-
-def message_item(run: ResponseRun, status: str, text: str | None) -> dict[str, Any]:
-    """The assistant message output item; no content part yet when `text` is None."""
-    return {
-        "id": run.message_id,
-        "type": "message",
-        "role": "assistant",
-        "status": status,
-        "content": [] if text is None else [output_text(text)],
-    }
-
-
-def usage_object(input_tokens: int, output_tokens: int, cached_tokens: int) -> dict[str, Any]:
-    """The Responses usage object."""
+def usage_object(
+    run: ResponseRun, input_tokens: int, output_tokens: int, cached_tokens: int, reasoning: str
+) -> dict[str, Any]:
+    """The Responses usage object; reasoning tokens are the reasoning text's, retokenized."""
+    generator = run.generation.model.generator
+    thought = len(generator.tokenize(reasoning, add_special=False, parse_special=False))
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {"cached_tokens": cached_tokens},
         "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": min(thought, output_tokens)},
         "total_tokens": input_tokens + output_tokens,
     }
 
@@ -126,6 +124,7 @@ def response_object(
         "output": output,
         "parallel_tool_calls": request.parallel_tool_calls is not False,
         "previous_response_id": request.previous_response_id,
+        "reasoning": request.reasoning.model_dump() if request.reasoning else None,
         "store": request.store,
         "temperature": params.temperature,
         "text": {"format": (request.text.format if request.text else None) or {"type": "text"}},
@@ -144,34 +143,43 @@ def status_for(finish_reason: str) -> str:
     return "incomplete" if finish_reason == "length" else "completed"
 
 
+def item_status(status: str) -> str:
+    """An output item's status when its response ends with `status`."""
+    return "completed" if status == "completed" else "incomplete"
+
+
 def finish(
     run: ResponseRun,
     store: ResponseStore,
     status: str,
-    text: str,
+    output: OutputItems,
     usage: dict[str, Any] | None,
     error: dict[str, str] | None = None,
-    calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The final response object, stored with its conversation if the request asked.
-
-    With tools, `text` is the message text and `calls` the function_call items already built
-    while streaming; without `calls` the whole text is parsed for tool calls here.
-    """
-    item_status = "completed" if status == "completed" else "incomplete"
-    message: str | None = text
-    if run.tools is not None and calls is None:
-        message, calls = split_output(text, run.tools.parser)
-    calls = calls or []
-    output = [message_item(run, item_status, message)] if message or not calls else []
-    response = response_object(run, status, [*output, *calls], usage, error)
+    """The final response object, stored with its conversation if the request asked."""
+    response = response_object(run, status, output.items, usage, error)
     if run.request.store:
-        store.put(response, [*run.messages, assistant_turn(message, calls)])
+        turn = assistant_turn(output.text, output.calls, output.reasoning)
+        store.put(response, [*run.messages, turn])
     return response
+
+
+def _no_event(type_: str, **fields: Any) -> dict[str, Any]:
+    return {}
 
 
 async def create_response(run: ResponseRun, store: ResponseStore) -> dict[str, Any]:
     """Run a response to its end and return the whole object."""
     outcome = await collect(run.generation)
-    usage = usage_object(outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens)
-    return finish(run, store, status_for(outcome.finish_reason), outcome.text, usage)
+    status = status_for(outcome.finish_reason)
+    output = run.output(_no_event)
+    output.feed(outcome.text)
+    output.finish(item_status(status))
+    usage = usage_object(
+        run,
+        outcome.prompt_tokens,
+        outcome.completion_tokens,
+        outcome.cached_tokens,
+        output.reasoning or "",
+    )
+    return finish(run, store, status, output, usage)

@@ -11,11 +11,13 @@ from mlxcel.api.schemas.responses import (
     InputItem,
     MessageItem,
     OtherTool,
+    ReasoningItem,
     ResponsesRequest,
 )
-from mlxcel.engine.types import TextGenerator
+from mlxcel.engine.types import ChatTemplate
 from mlxcel.serving.chat_template import render_chat
 from mlxcel.serving.errors import invalid_request
+from mlxcel.serving.reasoning import thinking_kwargs
 from mlxcel.serving.tools import template_messages
 
 
@@ -38,8 +40,6 @@ def _unsupported(request: ResponsesRequest) -> tuple[str, str] | None:
         return "background", "background responses are not supported yet"
     if request.include:
         return "include", "'include' is not supported yet"
-    if request.reasoning:
-        return "reasoning", "'reasoning' is not supported yet"
     if request.truncation == "auto":
         return "truncation", "'truncation' must be 'disabled': this server does not truncate input"
     choice = request.tool_choice
@@ -74,7 +74,12 @@ def chat_messages(items: list[InputItem]) -> list[dict[str, Any]]:
     """Input items as chat messages; function calls in the shape HF chat templates expect."""
     messages: list[dict[str, Any]] = []
     names: dict[str, str] = {}
+    thinking: str | None = None
     for item in items:
+        if isinstance(item, ReasoningItem):
+            # It belongs to the assistant turn that follows it.
+            thinking = item.text()
+            continue
         if isinstance(item, MessageItem):
             messages.append({"role": item.role, "content": item.text()})
         elif isinstance(item, FunctionCallItem):
@@ -92,6 +97,9 @@ def chat_messages(items: list[InputItem]) -> list[dict[str, Any]]:
             if item.call_id in names:
                 message["name"] = names[item.call_id]
             messages.append(message)
+        if thinking is not None and messages[-1]["role"] == "assistant":
+            messages[-1]["reasoning_content"] = thinking
+        thinking = None
     return messages
 
 
@@ -101,14 +109,16 @@ def chat_tool(tool: FunctionTool) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
-def prompt_tokens(
-    generator: TextGenerator, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
-) -> list[int]:
-    """Render the model's chat template, tools included, and tokenize as its GGUF says."""
-    template = generator.chat_template
+def prompt_text(
+    template: ChatTemplate | None,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    effort: str | None,
+) -> str:
+    """Render the chat template with the tools and the reasoning effort."""
     messages = template_messages(template, messages, tools)
-    text = render_chat(template, messages, extra={"tools": tools} if tools else None)
-    return generator.tokenize(text, add_special=generator.add_bos, parse_special=True)
+    extra = {**thinking_kwargs(effort), **({"tools": tools} if tools else {})}
+    return render_chat(template, messages, extra=extra)
 
 
 def chat_tool_choice(choice: str | dict[str, Any] | None) -> Any:

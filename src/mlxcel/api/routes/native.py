@@ -14,7 +14,6 @@ from mlxcel.api.auth import require_api_key
 from mlxcel.api.routes.text import unless_disconnected
 from mlxcel.api.schemas.chat import ChatCompletionRequest
 from mlxcel.api.schemas.native import (
-    ApplyTemplateRequest,
     DetokenizeRequest,
     NativeCompletionRequest,
     TokenizeRequest,
@@ -41,10 +40,11 @@ async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, str
 
 
 @router.post("/apply-template")
-async def apply_template(body: ApplyTemplateRequest, request: Request) -> dict[str, str]:
-    """Chat messages to the prompt the model would see, without generating."""
+async def apply_template(body: ChatCompletionRequest, request: Request) -> dict[str, str]:
+    """A chat request to the prompt the model would see, without generating."""
     model = model_for(request, body.model)
-    return await asyncio.to_thread(native.apply_template, model, body)
+    parser = request.app.state.tool_call_parser
+    return await asyncio.to_thread(native.apply_template, model, body, parser)
 
 
 @router.get("/props")
@@ -57,7 +57,8 @@ async def props(request: Request, model: str | None = None) -> dict[str, Any]:
 async def input_tokens(body: ChatCompletionRequest, request: Request) -> dict[str, Any]:
     """How many prompt tokens a chat request would take."""
     model = model_for(request, body.model)
-    return await asyncio.to_thread(native.count_input_tokens, model, body)
+    parser = request.app.state.tool_call_parser
+    return await asyncio.to_thread(native.count_input_tokens, model, body, parser)
 
 
 def _without_done(response: StreamingResponse) -> StreamingResponse:

@@ -81,8 +81,15 @@ async def create(body: ResponsesRequest, request: Request) -> dict[str, Any] | S
     history: list[dict[str, Any]] = []
     if body.previous_response_id:
         history = _stored(request, body.previous_response_id, "previous_response_id").messages
+    state = request.app.state
     run = await asyncio.to_thread(
-        prepare_response, model, body, history, request.app.state.n_predict
+        prepare_response,
+        model,
+        body,
+        history,
+        state.n_predict,
+        state.tool_call_parser,
+        state.reasoning_parser,
     )
     if body.stream:
         return await _typed_event_stream(response_events(run, _store(request)))

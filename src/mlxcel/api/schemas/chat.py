@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from mlxcel.api.schemas.common import SamplingFields, Strict
+from mlxcel.api.schemas.common import ReasoningEffort, SamplingFields, Strict
 
 
 def _mapping(call: ToolCall) -> Any:
@@ -56,6 +56,9 @@ class ChatMessage(Strict):
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+    # An earlier answer's thinking, as this server returned it; templates read reasoning_content.
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
     def template_dict(self) -> dict[str, Any]:
         """The message as HF chat templates read it (tool-call arguments as a mapping)."""
@@ -74,6 +77,9 @@ class ChatMessage(Strict):
             message["tool_call_id"] = self.tool_call_id
         if self.name is not None:
             message["name"] = self.name
+        thinking = self.reasoning_content or self.reasoning
+        if thinking is not None:
+            message["reasoning_content"] = thinking
         return message
 
     def text(self) -> str:
@@ -91,6 +97,7 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: ReasoningEffort | None = None
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     tools: list[ToolDef] | None = None

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from mlxcel.api.schemas.chat import ChatMessage
 from mlxcel.api.schemas.common import SamplingFields, Strict
 
 
@@ -19,11 +18,6 @@ class TokenizeRequest(Strict):
 
 class DetokenizeRequest(Strict):
     tokens: list[int]
-    model: str | None = None
-
-
-class ApplyTemplateRequest(Strict):
-    messages: list[ChatMessage] = Field(min_length=1)
     model: str | None = None
 
 

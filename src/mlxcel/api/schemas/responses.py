@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
 
-from mlxcel.api.schemas.common import SamplingFields, Strict
+from mlxcel.api.schemas.common import ReasoningEffort, SamplingFields, Strict
 
 
 class ContentPart(Strict):
@@ -62,6 +62,26 @@ class FunctionCallOutputItem(Strict):
         return _text(self.output)
 
 
+class ReasoningText(Strict):
+    type: Literal["reasoning_text", "summary_text"]
+    text: str
+
+
+class ReasoningItem(Strict):
+    """An earlier answer's thinking, sent back as clients do with a response's output."""
+
+    type: Literal["reasoning"]
+    summary: list[ReasoningText] = Field(default_factory=list)
+    content: list[ReasoningText] | None = None
+    id: str | None = None
+    encrypted_content: str | None = None
+    status: str | None = None
+
+    def text(self) -> str:
+        """The reasoning text (the summary where no text was kept)."""
+        return "".join(part.text for part in self.content or self.summary)
+
+
 def _item_type(value: Any) -> str:
     if isinstance(value, dict):
         return str(value.get("type", "message"))
@@ -71,12 +91,14 @@ def _item_type(value: Any) -> str:
 InputItem = Annotated[
     Annotated[MessageItem, Tag("message")]
     | Annotated[FunctionCallItem, Tag("function_call")]
-    | Annotated[FunctionCallOutputItem, Tag("function_call_output")],
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[ReasoningItem, Tag("reasoning")],
     Discriminator(
         _item_type,
         custom_error_type="invalid_input_item",
         custom_error_message=(
-            "this server takes input items of type message, function_call and function_call_output"
+            "this server takes input items of type message, function_call, "
+            "function_call_output and reasoning"
         ),
     ),
 ]
@@ -112,6 +134,13 @@ Tool = Annotated[
 ]
 
 
+class ReasoningConfig(Strict):
+    effort: ReasoningEffort | None = None
+    # Accepted for compatibility; the reasoning item carries the thinking itself, not a summary.
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+
+
 class TextConfig(Strict):
     format: dict[str, Any] | None = None
 
@@ -130,10 +159,10 @@ class ResponsesRequest(SamplingFields):
     metadata: dict[str, str] | None = Field(default=None, max_length=16)
     parallel_tool_calls: bool | None = None
     truncation: Literal["auto", "disabled"] | None = None
+    reasoning: ReasoningConfig | None = None
     # Declared only so that a request using them gets a 400 that names them.
     background: bool | None = None
     include: list[str] | None = None
-    reasoning: dict[str, Any] | None = None
 
     def output_format(self) -> tuple[dict[str, Any] | None, str]:
         """text.format constrains a response's output."""
