@@ -14,10 +14,11 @@ import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import load_model, load_tokenizer
 
+from mlxcel.backends.mlx.constraints import Constraint, constraint
 from mlxcel.backends.mlx.dry import Dry
 from mlxcel.backends.mlx.sampling import SlotSampler
 from mlxcel.backends.mlx.vocab import Vocabulary
-from mlxcel.engine.types import ChatTemplate, EngineError, Feed, Sample, SamplingParams
+from mlxcel.engine.types import ChatTemplate, Feed, Sample, SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -170,23 +171,31 @@ class MlxGenerator:
             self._breakers[breakers],
         )
 
-    def open_slot(self, slot: int, params: SamplingParams, *, reuse: int = 0) -> None:
-        if params.json_schema is not None or params.grammar is not None:
-            raise EngineError(
-                "structured outputs (response_format, json_schema, grammar) are not supported "
-                "on the MLX backend yet; serve a GGUF for them",
-                "unsupported_field",
-            )
-        dry = self._dry(params)
-        self._call(self._open, slot, params, dry, reuse)
+    def _constraint(self, params: SamplingParams) -> Constraint | None:
+        if params.json_schema is None and params.grammar is None:
+            return None
+        return constraint(params, self._vocab.grammar_tokenizer(), self._n_vocab)
 
-    def _open(self, slot: int, params: SamplingParams, dry: Dry | None, reuse: int) -> None:
+    def open_slot(self, slot: int, params: SamplingParams, *, reuse: int = 0) -> None:
+        dry = self._dry(params)
+        grammar = self._constraint(params)
+        self._call(self._open, slot, params, dry, grammar, reuse)
+
+    def _open(
+        self,
+        slot: int,
+        params: SamplingParams,
+        dry: Dry | None,
+        grammar: Constraint | None,
+        reuse: int,
+    ) -> None:
         state = self._kept_prefix(slot, reuse)
         state.sampler = SlotSampler(
             params,
             n_vocab=self._n_vocab,
             end_of_generation=sorted(self._vocab.end_of_generation),
             dry=dry,
+            constraint=grammar,
         )
         self._slots[slot] = state
 

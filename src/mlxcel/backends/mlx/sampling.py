@@ -15,6 +15,7 @@ from mlx_lm.sample_utils import (
     make_logits_processors,
 )
 
+from mlxcel.backends.mlx.constraints import Constraint
 from mlxcel.backends.mlx.dry import Dry
 from mlxcel.engine.types import Sample, SamplingParams
 
@@ -81,7 +82,7 @@ def _processors(params: SamplingParams) -> list[LogitsProcessor]:
 
 
 class SlotSampler:
-    """Logit bias, penalties, DRY, then greedy or top-k/typical/top-p/min-p/XTC/temperature."""
+    """Grammar, logit bias, penalties, DRY, then greedy or top-k/typical/top-p/min-p/XTC/temp."""
 
     def __init__(
         self,
@@ -90,10 +91,13 @@ class SlotSampler:
         n_vocab: int,
         end_of_generation: Sequence[int],
         dry: Dry | None,
+        constraint: Constraint | None = None,
     ) -> None:
         self._params = params
         self._n_vocab = n_vocab
         self._dry = dry
+        self._constraint = constraint
+        self._end = end_of_generation[0] if end_of_generation else None
         self.generated: list[int] = []
         seed = secrets.randbits(64) if params.seed is None else params.seed % 2**64
         self._key = mx.random.key(seed)
@@ -106,6 +110,13 @@ class SlotSampler:
     def _banning(self) -> bool:
         params = self._params
         return params.ignore_eos or len(self.generated) < params.min_tokens
+
+    def _constrain(self, logits: mx.array) -> mx.array:
+        if self._constraint is None:
+            return logits
+        # The grammar's mask is worked out on the CPU while the forward pass runs.
+        mx.async_eval(logits)
+        return mx.where(self._constraint.allowed(), logits, -mx.inf)
 
     def _process(self, logits: mx.array) -> mx.array:
         history = mx.array(self.generated, dtype=mx.int32)
@@ -146,12 +157,18 @@ class SlotSampler:
         raw = logits.astype(mx.float32)[None]
         # The model's own log-probabilities, before any sampler reshapes them.
         logprobs = _log_softmax(raw)[0]
-        choice = self._choose(self._process(raw))
+        if self._constraint is not None and self._constraint.finished and self._end is not None:
+            # The grammar is complete: end here, whatever min_tokens or ignore_eos would ban.
+            choice = mx.array(self._end)
+        else:
+            choice = self._choose(self._process(self._constrain(raw)))
         top_n = self._params.logprobs
         if top_n is not None:
             mx.eval(choice, logprobs)
         token = cast(int, choice.item())
         self.generated.append(token)
+        if self._constraint is not None:
+            self._constraint.advance(token)
         if top_n is None:
             return Sample(token)
         top = _top_logprobs(logprobs, min(top_n, self._n_vocab)) if top_n > 0 else ()

@@ -9,7 +9,10 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from mlxcel.engine.types import ChatTemplate
+import llguidance
+import llguidance.hf
+
+from mlxcel.engine.types import ChatTemplate, EngineError
 
 _BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 _SPM_SPACE = "\u2581"
@@ -64,6 +67,7 @@ class Vocabulary:
         self._add_bos = self._bos is not None and self._encode("a", special=True)[:1] == [self._bos]
         self.end_of_generation = frozenset(int(t) for t in tokenizer.eos_token_ids)
         self._piece_of = self._piece_function()
+        self._grammar_tokenizer: llguidance.LLTokenizer | None = None
 
     def _piece_function(self) -> Callable[[int], bytes]:
         types = _decoder_types(self._tokenizer)
@@ -120,6 +124,22 @@ class Vocabulary:
             for token in range(self.size)
             if any(s in self.token_bytes(token).decode(errors="replace") for s in strings)
         )
+
+    def grammar_tokenizer(self) -> llguidance.LLTokenizer:
+        """llguidance's view of the vocabulary, built on first use (about a second when large)."""
+        if self._grammar_tokenizer is None:
+            # llguidance reads the Hugging Face tokenizer itself, which mlx-lm's wrapper holds.
+            hf_tokenizer = self._tokenizer._tokenizer
+            try:
+                with self._lock:
+                    self._grammar_tokenizer = llguidance.hf.from_tokenizer(
+                        hf_tokenizer, eos_token=sorted(self.end_of_generation) or None
+                    )
+            except ValueError as exc:
+                raise EngineError(
+                    f"structured outputs need a fast tokenizer on MLX: {exc}", "unsupported_field"
+                ) from exc
+        return self._grammar_tokenizer
 
     def chat_template(self) -> ChatTemplate | None:
         """The tokenizer's chat template with its BOS and EOS text, if it has one."""
