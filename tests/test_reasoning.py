@@ -17,7 +17,10 @@ from tests.server_process import ServerProcess
 TEMPLATE = Path(__file__).parent / "data" / "thinking_template.jinja"
 HELLO = [{"role": "user", "content": "Hello"}]
 # Forces the default model (which never thinks) to write qwen3-style thinking, tags included.
-THINKING = 'root ::= "<think>" [a-z ]{3,20} "</think>" [A-Za-z ]{3,20}'
+THINKING = (
+    'root ::= "<think>" [a-z]{2,8} (" " [a-z]{2,8}){0,3} "</think>" '
+    '[A-Za-z]{2,8} (" " [A-Za-z]{2,8}){0,3}'
+)
 
 
 @pytest.fixture(scope="module")
@@ -156,3 +159,31 @@ def test_follow_up_keeps_the_reasoning_turn(client: openai.OpenAI) -> None:
     )
     assert chained.usage is not None and second.usage is not None
     assert chained.usage.input_tokens == second.usage.input_tokens
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_usage_counts_reasoning_tokens(client: openai.OpenAI, stream: bool) -> None:
+    body: dict[str, Any] = {
+        "model": "default",
+        "messages": HELLO,
+        "max_tokens": 60,
+        "extra_body": {"grammar": THINKING},
+    }
+    if stream:
+        chunks = list(
+            client.chat.completions.create(
+                **body, stream=True, stream_options={"include_usage": True}
+            )
+        )
+        usage = chunks[-1].usage
+        thought = "".join(
+            getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks[:-1]
+        )
+    else:
+        answer = client.chat.completions.create(**body)
+        usage = answer.usage
+        thought = answer.choices[0].message.reasoning_content  # type: ignore[attr-defined]
+    assert usage is not None and usage.completion_tokens_details is not None
+    assert _alpha(thought)
+    assert 0 < (usage.completion_tokens_details.reasoning_tokens or 0) < usage.completion_tokens

@@ -208,7 +208,10 @@ def thinking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess
 
 
 # Forces the default model (which never thinks) to write qwen3-style thinking, tags included.
-THINKING = 'root ::= "<think>" [a-z ]{3,20} "</think>" [A-Za-z ]{3,20}'
+THINKING = (
+    'root ::= "<think>" [a-z]{2,8} (" " [a-z]{2,8}){0,3} "</think>" '
+    '[A-Za-z]{2,8} (" " [A-Za-z]{2,8}){0,3}'
+)
 
 
 @pytest.mark.slow

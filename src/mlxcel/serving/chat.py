@@ -10,11 +10,16 @@ from mlxcel.api.schemas.chat import ChatCompletionRequest
 from mlxcel.engine.registry import LoadedModel
 from mlxcel.engine.types import TokenEvent
 from mlxcel.parsers.reasoning import PARSERS as REASONING
-from mlxcel.parsers.reasoning import ThinkParser
+from mlxcel.parsers.reasoning import ReasoningParser
 from mlxcel.serving.chat_template import render_chat
 from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.logprobs import chat_logprobs
-from mlxcel.serving.reasoning import reasoning_parser_name, split_reasoning, thinking_kwargs
+from mlxcel.serving.reasoning import (
+    reasoning_parser_name,
+    reasoning_tokens,
+    split_reasoning,
+    thinking_kwargs,
+)
 from mlxcel.serving.text import (
     Generation,
     collect_all,
@@ -118,7 +123,7 @@ def _message(text: str, finish: str, job: ChatJob) -> tuple[dict[str, Any], str]
     plan = job.tools
     if plan is None:
         return {"role": "assistant", "content": text, **thinking}, finish
-    content, calls = parse_message(text, plan.parser)
+    content, calls = parse_message(text, plan.parser, plan.tools)
     message: dict[str, Any] = {"role": "assistant", "content": content, **thinking}
     if not calls:
         return message, finish
@@ -132,25 +137,37 @@ async def chat_completion(job: ChatJob) -> dict[str, Any]:
     outcomes = await collect_all(generations)
     first = generations[0]
     wants_logprobs = first.params.logprobs is not None
-    choices = []
+    choices: list[dict[str, Any]] = []
     for g, o in zip(generations, outcomes, strict=True):
         message, finish = _message(o.text, o.finish_reason, job)
         logprobs = chat_logprobs(o.logprobs) if wants_logprobs else None
         choices.append(
             {"index": g.index, "message": message, "logprobs": logprobs, "finish_reason": finish}
         )
+    usage = total_usage(
+        generations,
+        sum(o.completion_tokens for o in outcomes),
+        {i: o.cached_tokens for i, o in enumerate(outcomes)},
+    )
+    if job.reasoning is not None:
+        thoughts = [c["message"].get("reasoning_content") or "" for c in choices]
+        _count_reasoning(usage, first, thoughts)
     return {
         "id": first.request_id,
         "object": "chat.completion",
         "created": first.created,
         "model": first.model.name,
         "choices": choices,
-        "usage": total_usage(
-            generations,
-            sum(o.completion_tokens for o in outcomes),
-            {i: o.cached_tokens for i, o in enumerate(outcomes)},
-        ),
+        "usage": usage,
     }
+
+
+def _count_reasoning(usage: dict[str, Any], generation: Generation, thoughts: list[str]) -> None:
+    """Add the reasoning tokens of every choice's thinking to a chat usage object."""
+    generator = generation.model.generator
+    total = usage["completion_tokens"]
+    spent = sum(reasoning_tokens(generator, thought, total) for thought in thoughts)
+    usage["completion_tokens_details"] = {"reasoning_tokens": min(spent, total)}
 
 
 def _chunk(
@@ -169,7 +186,7 @@ def _chunk(
     }
 
 
-def _split_thinking(split: ThinkParser | None, event: TokenEvent) -> tuple[str, str]:
+def _split_thinking(split: ReasoningParser | None, event: TokenEvent) -> tuple[str, str]:
     """An event's (answer text, reasoning text); everything is answer without a parser."""
     if split is None:
         return event.text, ""
@@ -184,9 +201,14 @@ async def chat_chunks(job: ChatJob, include_usage: bool) -> AsyncIterator[dict[s
     """chat.completion.chunk objects: each choice's role first, then text or tool-call deltas,
     then its finish."""
     generations = job.generations
-    parsers = {i: ToolStream(job.tools.parser) for i in range(len(generations)) if job.tools}
+    parsers = {
+        i: ToolStream(job.tools.parser, job.tools.tools)
+        for i in range(len(generations))
+        if job.tools
+    }
     thinking = {i: REASONING[job.reasoning]() for i in range(len(generations)) if job.reasoning}
     role_sent: set[int] = set()
+    thoughts: dict[int, list[str]] = {}
     completion_tokens = 0
     cached: dict[int, int] = {}
     async for position, event in stream_all(generations):
@@ -197,6 +219,7 @@ async def chat_chunks(job: ChatJob, include_usage: bool) -> AsyncIterator[dict[s
         logprobs = chat_logprobs(event.logprobs) if event.logprobs else None
         text, reasoning = _split_thinking(thinking.get(position), event)
         if reasoning:
+            thoughts.setdefault(position, []).append(reasoning)
             yield _chunk(generation, {"reasoning_content": reasoning, "reasoning": reasoning}, None)
         parser = parsers.get(position)
         deltas = parser.feed(text) if parser else ([{"content": text}] if text else [])
@@ -216,4 +239,6 @@ async def chat_chunks(job: ChatJob, include_usage: bool) -> AsyncIterator[dict[s
             yield _chunk(generation, {}, finish)
     if include_usage:
         usage_ = total_usage(generations, completion_tokens, cached)
+        if job.reasoning is not None:
+            _count_reasoning(usage_, generations[0], ["".join(t) for t in thoughts.values()])
         yield usage_chunk(_chunk(generations[0], {}, None), usage_)

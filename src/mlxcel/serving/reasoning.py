@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mlxcel.engine.types import TextGenerator
 from mlxcel.parsers.reasoning import PARSERS
 
 
@@ -32,3 +33,12 @@ def split_reasoning(text: str, parser: str) -> tuple[str | None, str]:
     rest_reasoning, rest_content = split.finish()
     reasoning += rest_reasoning
     return (reasoning or None), content + rest_content
+
+
+def reasoning_tokens(generator: TextGenerator, reasoning: str, output_tokens: int) -> int:
+    """Output tokens spent thinking: the reasoning text retokenized, at most the output."""
+    if not reasoning:
+        return 0
+    return min(
+        output_tokens, len(generator.tokenize(reasoning, add_special=False, parse_special=False))
+    )

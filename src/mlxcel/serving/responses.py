@@ -10,7 +10,7 @@ from typing import Any
 from mlxcel.api.schemas.responses import ResponsesRequest
 from mlxcel.engine.registry import LoadedModel
 from mlxcel.serving.errors import invalid_request
-from mlxcel.serving.reasoning import reasoning_parser_name
+from mlxcel.serving.reasoning import reasoning_parser_name, reasoning_tokens
 from mlxcel.serving.response_store import ResponseStore
 from mlxcel.serving.responses_input import (
     chat_messages,
@@ -45,8 +45,7 @@ class ResponseRun:
 
     def output(self, emit: Emit) -> OutputItems:
         """A builder for this response's output items, its events sent through `emit`."""
-        tool_parser = self.tools.parser if self.tools else None
-        return OutputItems(tool_parser, self.reasoning, emit, self.message_id)
+        return OutputItems(self.tools, self.reasoning, emit, self.message_id)
 
 
 def prepare_response(
@@ -89,13 +88,12 @@ def usage_object(
     run: ResponseRun, input_tokens: int, output_tokens: int, cached_tokens: int, reasoning: str
 ) -> dict[str, Any]:
     """The Responses usage object; reasoning tokens are the reasoning text's, retokenized."""
-    generator = run.generation.model.generator
-    thought = len(generator.tokenize(reasoning, add_special=False, parse_special=False))
+    thought = reasoning_tokens(run.generation.model.generator, reasoning, output_tokens)
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {"cached_tokens": cached_tokens},
         "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": min(thought, output_tokens)},
+        "output_tokens_details": {"reasoning_tokens": thought},
         "total_tokens": input_tokens + output_tokens,
     }
 

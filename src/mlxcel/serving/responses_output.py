@@ -11,7 +11,7 @@ from typing import Any
 
 from mlxcel.parsers.reasoning import PARSERS as REASONING
 from mlxcel.serving.responses_tools import function_call_item
-from mlxcel.serving.tools import ToolStream
+from mlxcel.serving.tools import ToolPlan, ToolStream
 
 Emit = Callable[..., dict[str, Any]]
 
@@ -33,9 +33,13 @@ class OutputItems:
     """
 
     def __init__(
-        self, tool_parser: str | None, reasoning_parser: str | None, emit: Emit, message_id: str
+        self,
+        tools: ToolPlan | None,
+        reasoning_parser: str | None,
+        emit: Emit,
+        message_id: str,
     ) -> None:
-        self._tools = ToolStream(tool_parser) if tool_parser else None
+        self._tools = ToolStream(tools.parser, tools.tools) if tools else None
         self._thinking = REASONING[reasoning_parser]() if reasoning_parser else None
         self._emit = emit
         self._message_id = message_id

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from llama_cpp.llama_grammar import json_schema_to_gbnf
-
 from mlxcel.engine.types import ChatTemplate
 from mlxcel.parsers.tools import (
-    CALL_SHAPES,
+    CALL_GRAMMARS,
     PARSERS,
     Text,
     ToolArguments,
@@ -67,36 +64,12 @@ def template_messages(
     return messages
 
 
-def _call_schema(tool: dict[str, Any], arguments_key: str) -> dict[str, Any]:
-    function = tool["function"]
-    parameters = function.get("parameters") or {"type": "object"}
-    return {
-        "type": "object",
-        "properties": {"name": {"const": function["name"]}, arguments_key: parameters},
-        "required": ["name", arguments_key],
-    }
-
-
-def _literal(text: str) -> str:
-    return json.dumps(text)  # a JSON string literal is a valid GBNF literal
-
-
 def forced_call_grammar(tools: list[dict[str, Any]], parallel: bool, parser: str) -> str:
     """GBNF for one (or, with `parallel`, several) calls to `tools`, written as `parser` reads."""
-    arguments_key, (opening, separator, closing) = CALL_SHAPES[parser]
-    schemas = [_call_schema(t, arguments_key) for t in tools]
-    schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
     try:
-        rules = json_schema_to_gbnf(json.dumps(schema))
+        return CALL_GRAMMARS[parser](tools, parallel)
     except Exception as exc:  # the converter raises plain errors on schema features it lacks
         raise invalid_request(f"cannot constrain to these tool parameters: {exc}", "tools") from exc
-    rules = re.sub(r"^root ::=", "call ::=", rules, flags=re.MULTILINE)
-    parts = [_literal(opening), "call"]
-    if parallel and separator is not None:
-        parts.append(f"({_literal(separator)} call)*")
-    parts.append(_literal(closing))
-    root = " ".join(p for p in parts if p != '""')
-    return f"root ::= {root}\n{rules}"
 
 
 def plan_tools(
@@ -127,10 +100,13 @@ def plan_tools(
 
 
 class ToolStream:
-    """One choice's output split into content and OpenAI tool-call deltas as it streams."""
+    """One choice's output split into content and OpenAI tool-call deltas as it streams.
 
-    def __init__(self, parser: str) -> None:
-        self._parser: ToolCallParser = PARSERS[parser]()
+    `tools` are the request's: a format whose values are raw text types them by their schema.
+    """
+
+    def __init__(self, parser: str, tools: list[dict[str, Any]] | None = None) -> None:
+        self._parser: ToolCallParser = PARSERS[parser](tools)
         self.calls = 0
 
     def feed(self, text: str) -> list[dict[str, Any]]:
@@ -157,9 +133,11 @@ class ToolStream:
         return out
 
 
-def parse_message(text: str, parser: str) -> tuple[str | None, list[dict[str, Any]]]:
+def parse_message(
+    text: str, parser: str, tools: list[dict[str, Any]] | None = None
+) -> tuple[str | None, list[dict[str, Any]]]:
     """A whole answer as message content and tool_calls; a malformed call stays content."""
-    stream = ToolStream(parser)
+    stream = ToolStream(parser, tools)
     content: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
     for delta in stream.feed(text) + stream.finish():

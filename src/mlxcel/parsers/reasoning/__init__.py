@@ -3,14 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
+from mlxcel.parsers.reasoning.gemma import GemmaParser
 from mlxcel.parsers.reasoning.think import ThinkParser
 
-PARSERS: dict[str, Callable[[], ThinkParser]] = {
+
+class ReasoningParser(Protocol):
+    """A streaming state machine: text in, (reasoning, content) out."""
+
+    def feed(self, text: str) -> tuple[str, str]:
+        """Reasoning and content that `text` completes; a marker in progress is held back."""
+        ...
+
+    def finish(self) -> tuple[str, str]:
+        """Whatever is held back at the end."""
+        ...
+
+
+PARSERS: dict[str, Callable[[], ReasoningParser]] = {
     # DeepSeek-R1's template opens <think> itself, so output starts inside the thinking.
     "deepseek_r1": lambda: ThinkParser(start_inside=True),
     # Qwen3 writes its own <think>...</think> (or nothing, with thinking off).
     "qwen3": lambda: ThinkParser(start_inside=False),
+    # Gemma 4 writes <|channel>thought\n...<channel|>.
+    "gemma": GemmaParser,
 }
 
-__all__ = ["PARSERS", "ThinkParser"]
+__all__ = ["PARSERS", "GemmaParser", "ReasoningParser", "ThinkParser"]

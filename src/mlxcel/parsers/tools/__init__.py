@@ -3,29 +3,57 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
+from mlxcel.parsers.tools import deepseek_v3, qwen3_coder
 from mlxcel.parsers.tools.base import Delta, Text, ToolArguments, ToolCallParser, ToolStart
+from mlxcel.parsers.tools.grammar import CallGrammar, Tools, json_call_grammar
 from mlxcel.parsers.tools.hermes import HermesParser
 from mlxcel.parsers.tools.json_calls import bare_json, llama3_json, mistral
 
-PARSERS: dict[str, Callable[[], ToolCallParser]] = {
-    "hermes": HermesParser,
-    "llama3_json": llama3_json,
-    "mistral": mistral,
-    "json": bare_json,
+
+class ParserFactory(Protocol):
+    """Makes a parser for one answer; formats whose values are typed by schema read `tools`."""
+
+    def __call__(self, tools: Tools | None = None) -> ToolCallParser: ...
+
+
+def _untyped(factory: Callable[[], ToolCallParser]) -> ParserFactory:
+    """The factory of a format that reads its calls without the request's tools."""
+
+    def make(tools: Tools | None = None) -> ToolCallParser:
+        return factory()
+
+    return make
+
+
+PARSERS: dict[str, ParserFactory] = {
+    "hermes": _untyped(HermesParser),
+    "llama3_json": _untyped(llama3_json),
+    "mistral": _untyped(mistral),
+    "json": _untyped(bare_json),
+    "qwen3_coder": qwen3_coder.Qwen3CoderParser,
+    "deepseek_v3": _untyped(deepseek_v3.DeepSeekV3Parser),
 }
 
-# How each format writes calls, for the grammar that forces one: the key its arguments go
-# under, and (opening, separator, closing) around the calls; separator None allows one call.
-CALL_SHAPES: dict[str, tuple[str, tuple[str, str | None, str]]] = {
-    "hermes": ("arguments", ("<tool_call>\n", "\n</tool_call>\n<tool_call>\n", "\n</tool_call>")),
-    "llama3_json": ("parameters", ("", None, "")),
-    "mistral": ("arguments", ("[", ", ", "]")),
-    "json": ("arguments", ("", None, "")),
+# The grammar that forces calls written as each format's parser reads them.
+CALL_GRAMMARS: dict[str, CallGrammar] = {
+    "hermes": json_call_grammar(
+        "arguments", "<tool_call>\n", "\n</tool_call>\n<tool_call>\n", "\n</tool_call>"
+    ),
+    "llama3_json": json_call_grammar("parameters", "", None, ""),
+    "mistral": json_call_grammar("arguments", "[", ", ", "]"),
+    "json": json_call_grammar("arguments", "", None, ""),
+    "qwen3_coder": qwen3_coder.forced_grammar,
+    "deepseek_v3": deepseek_v3.forced_grammar,
 }
 
 # Markup a chat template writes for tool calls, and the parser that reads it (first match).
+# Qwen3-Coder's template also writes <tool_call>, so its <function= comes before hermes.
 _TEMPLATE_MARKERS = (
+    ("<function=", "qwen3_coder"),
+    ("<parameter=", "qwen3_coder"),
+    ("tool▁calls▁begin", "deepseek_v3"),
     ("<tool_call>", "hermes"),
     ("[TOOL_CALLS]", "mistral"),
     ("<|python_tag|>", "llama3_json"),
@@ -43,13 +71,15 @@ def detect_parser(template_source: str | None) -> str:
 
 
 __all__ = [
-    "CALL_SHAPES",
+    "CALL_GRAMMARS",
     "DEFAULT_PARSER",
     "PARSERS",
     "Delta",
+    "ParserFactory",
     "Text",
     "ToolArguments",
     "ToolCallParser",
     "ToolStart",
+    "Tools",
     "detect_parser",
 ]

@@ -1,0 +1,163 @@
+"""DeepSeek-V3 / R1-0528 calls (and V3.1's shorter shape), and the grammar that forces them.
+
+    <|tool_calls_begin|><|tool_call_begin|>function<|tool_sep|>get_weather
+    ```json
+    {"city": "Paris"}
+    ```<|tool_call_end|><|tool_calls_end|>
+
+(here `|` stands for the fullwidth bar U+FF5C and `_` inside a tag for U+2581, as in the real
+markup). V3.1 writes `<|tool_call_begin|>get_weather<|tool_sep|>{"city": "Paris"}<|tool_call_end|>`.
+Calls follow one another inside the calls block (V3 puts a newline between them). A call starts
+once its name is whole; its JSON arguments stream as they come, the code fence left out.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from mlxcel.parsers.markup import held_prefix
+from mlxcel.parsers.tools.base import Delta, Text, ToolArguments, ToolStart
+from mlxcel.parsers.tools.grammar import Tools, calls_rule, json_rules, literal, parameters
+from mlxcel.parsers.tools.tagged import TaggedCallsParser
+
+
+def _markup(words: str) -> str:
+    """A DeepSeek tag: "tool sep" is <|tool_sep|> with its fullwidth bars and U+2581 joiners."""
+    return "<\uff5c" + "\u2581".join(words.split()) + "\uff5c>"
+
+
+CALLS_BEGIN, CALLS_END = _markup("tool calls begin"), _markup("tool calls end")
+CALL_BEGIN, CALL_END = _markup("tool call begin"), _markup("tool call end")
+SEP = _markup("tool sep")
+# The part before SEP (V3's type or V3.1's name), and V3's name after it.
+_NAME = re.compile(r"[^\s<>{}`\"]*")
+# Held at the end of the arguments: they may be the closing code fence.
+_FENCE_TAIL = " \t\r\n`"
+_OUTSIDE, _BLOCK, _HEAD, _ARGUMENTS = range(4)
+
+
+class DeepSeekV3Parser(TaggedCallsParser):
+    """Content outside the calls block; inside, each call's name, then its arguments."""
+
+    OPENINGS = (CALLS_BEGIN, CALL_BEGIN)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._in_block = False  # the calls began with CALLS_BEGIN
+        self._start: int | None = None  # where the arguments begin, past any code fence
+        self._sent = 0
+
+    def finish(self) -> list[Delta]:
+        if self._state == _ARGUMENTS:
+            # Unfinished: the arguments get the rest as written (not JSON, so a whole message
+            # stays content).
+            rest = self._buffer[self._start or 0 :][self._sent :]
+            deltas: list[Delta] = [ToolArguments(self._calls - 1, rest)] if rest else []
+        else:
+            rest = self._raw + self._buffer
+            deltas = [Text(rest)] if rest else []
+        self._buffer, self._raw, self._state = "", "", _OUTSIDE
+        return deltas
+
+    def _step(self, deltas: list[Delta]) -> bool:
+        return (self._outside, self._block, self._head, self._arguments)[self._state](deltas)
+
+    def _outside(self, deltas: list[Delta]) -> bool:
+        marker = self._opening(deltas)
+        if marker is None:
+            return False
+        self._in_block = marker == CALLS_BEGIN
+        self._state = _BLOCK if self._in_block else _HEAD
+        return True
+
+    def _block(self, deltas: list[Delta]) -> bool:
+        head = self._buffer.lstrip()
+        read = len(self._buffer) - len(head)
+        if head.startswith(CALL_BEGIN):
+            self._raw += self._buffer[: read + len(CALL_BEGIN)]
+            self._buffer, self._state = head[len(CALL_BEGIN) :], _HEAD
+            return True
+        if head.startswith(CALLS_END):
+            if self._raw:  # a block without calls is content
+                self._raw += self._buffer[: read + len(CALLS_END)]
+            self._buffer = head[len(CALLS_END) :]
+            return self._not_a_call(deltas)
+        if CALL_BEGIN.startswith(head) or CALLS_END.startswith(head):
+            return False
+        return self._not_a_call(deltas)
+
+    def _head(self, deltas: list[Delta]) -> bool:
+        sep = self._buffer.find(SEP)
+        before = self._buffer if sep < 0 else self._buffer[:sep]
+        if sep < 0:
+            before = before[: len(before) - held_prefix(before, SEP)]
+        if not _NAME.fullmatch(before.strip()):
+            return self._not_a_call(deltas)
+        after = self._buffer[sep + len(SEP) :].lstrip() if sep >= 0 else ""
+        if not after:
+            return False
+        if after[0] in "{`":  # V3.1: the name came before the separator
+            name, rest = before.strip(), after
+        else:  # V3: a type before the separator, the name after it up to its line's end
+            match = _NAME.match(after)
+            end = match.end() if match else 0
+            if end == len(after):
+                return False
+            if after[end] not in "\n`{":
+                return self._not_a_call(deltas)
+            name, rest = after[:end], after[end:]
+        if not name:
+            return self._not_a_call(deltas)
+        self._calls += 1
+        deltas.append(ToolStart(self._calls - 1, f"call_{uuid.uuid4().hex[:24]}", name))
+        self._buffer, self._raw, self._start, self._sent = rest, "", None, 0
+        self._state = _ARGUMENTS
+        return True
+
+    def _arguments(self, deltas: list[Delta]) -> bool:
+        end = self._buffer.find(CALL_END)
+        body = self._buffer if end < 0 else self._buffer[:end]
+        if end < 0:
+            body = body[: len(body) - held_prefix(body, CALL_END)]
+        if self._start is None:
+            self._start = _arguments_start(body, end >= 0)
+        if self._start is not None:
+            arguments = body[self._start :].rstrip(_FENCE_TAIL)
+            if len(arguments) > self._sent:
+                deltas.append(ToolArguments(self._calls - 1, arguments[self._sent :]))
+                self._sent = len(arguments)
+        if end < 0:
+            return False
+        self._buffer = self._buffer[end + len(CALL_END) :]
+        self._state = _BLOCK if self._in_block else _OUTSIDE
+        return True
+
+
+def _arguments_start(body: str, whole: bool) -> int | None:
+    """Where the JSON begins in `body`: past the whitespace and a "```json" line; None while
+    that is not known yet (`whole`: the body is complete)."""
+    lead = len(body) - len(body.lstrip())
+    if not body[lead:].startswith("`"):
+        return lead if lead < len(body) or whole else None
+    newline = body.find("\n", lead)
+    if newline >= 0:
+        return newline + 1
+    return lead if whole else None
+
+
+_CALL_OPEN = literal(CALL_BEGIN + "function" + SEP)
+_FENCE_OPEN = "\n```json\n"
+_CALL_CLOSE = literal("\n```" + CALL_END)
+
+
+def forced_grammar(tools: Tools, parallel: bool) -> str:
+    """GBNF for calls to `tools` in V3's shape, with the parameters schema's JSON arguments."""
+    converter = json_rules()
+    functions = []
+    for i, tool in enumerate(tools):
+        arguments = converter.visit(parameters(converter, tool, i), f"arg-{i}")
+        functions.append(f"{literal(tool['function']['name'] + _FENCE_OPEN)} {arguments}")
+    root = calls_rule("fc-call", CALLS_BEGIN, "\n" if parallel else None, CALLS_END)
+    call = f"{_CALL_OPEN} ({' | '.join(functions)}) {_CALL_CLOSE}"
+    return f"root ::= {root}\nfc-call ::= {call}\n{converter.format_grammar()}"

@@ -1,0 +1,81 @@
+"""GBNF that forces tool calls, written in the shape the format's parser reads.
+
+JSON values come from llama.cpp's schema converter, whose rules take the names given to `visit`
+(the XML-like formats pass `arg-...`), the names of the $defs they use, and its primitives'
+(`string`, `space`, ...). Rules written by hand are named `root` and `fc-...` to stay apart.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from llama_cpp.llama_grammar import SchemaConverter, json_schema_to_gbnf
+
+Tools = list[dict[str, Any]]
+# Builds the grammar for calls to `tools`; several of them in a row when the bool says so.
+CallGrammar = Callable[[Tools, bool], str]
+
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def literal(text: str) -> str:
+    """`text` as a GBNF string literal."""
+    escaped = (_ESCAPES.get(c, c if c >= " " else f"\\x{ord(c):02x}") for c in text)
+    return '"' + "".join(escaped) + '"'
+
+
+def calls_rule(call: str, opening: str, separator: str | None, closing: str) -> str:
+    """Rule `call` once, or with `separator` between several, inside `opening` and `closing`."""
+    parts = [literal(opening), call]
+    if separator is not None:
+        parts.append(f"({literal(separator)} {call})*")
+    parts.append(literal(closing))
+    return " ".join(p for p in parts if p != '""')
+
+
+def json_rules() -> SchemaConverter:
+    """llama.cpp's JSON-schema-to-GBNF converter; one per grammar so shared rules appear once."""
+    return SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+
+
+def parameters(converter: SchemaConverter, tool: dict[str, Any], index: int) -> dict[str, Any]:
+    """The tool's parameters schema with its local $refs known to `converter`.
+
+    A copy: resolving rewrites the $refs, and the request's own schema also goes to the template.
+    """
+    schema = copy.deepcopy(tool["function"].get("parameters") or {"type": "object"})
+    resolved: dict[str, Any] = converter.resolve_refs(schema, f"tool{index}")
+    return resolved
+
+
+def json_call_grammar(
+    arguments_key: str, opening: str, separator: str | None, closing: str
+) -> CallGrammar:
+    """Calls as JSON objects {"name", `arguments_key`} inside `opening` and `closing`.
+
+    `separator` goes between parallel calls; None allows one call only.
+    """
+
+    def grammar(tools: Tools, parallel: bool) -> str:
+        schemas = [_call_schema(tool, arguments_key) for tool in tools]
+        schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+        rules = json_schema_to_gbnf(json.dumps(schema))
+        rules = re.sub(r"^root ::=", "call ::=", rules, flags=re.MULTILINE)
+        root = calls_rule("call", opening, separator if parallel else None, closing)
+        return f"root ::= {root}\n{rules}"
+
+    return grammar
+
+
+def _call_schema(tool: dict[str, Any], arguments_key: str) -> dict[str, Any]:
+    function = tool["function"]
+    parameters = function.get("parameters") or {"type": "object"}
+    return {
+        "type": "object",
+        "properties": {"name": {"const": function["name"]}, arguments_key: parameters},
+        "required": ["name", arguments_key],
+    }
