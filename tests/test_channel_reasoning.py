@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlxcel.parsers.reasoning import PARSERS, GemmaParser
-from mlxcel.serving.reasoning import split_reasoning
+from mlxcel.serving.answer import Answer, parse_answer
 
 # As Google's Gemma 4 prompt-formatting guide shows a thinking answer (after `<|turn>model\n`).
 THOUGHT_ANSWER = (
@@ -85,5 +85,6 @@ def test_malformed_markup_is_content() -> None:
 
 def test_registered_as_gemma() -> None:
     assert isinstance(PARSERS["gemma"](), GemmaParser)
-    assert split_reasoning(THOUGHT_ANSWER, "gemma") == EXPECTED[THOUGHT_ANSWER]
-    assert split_reasoning("Plain.", "gemma") == (None, "Plain.")
+    reasoning, content = EXPECTED[THOUGHT_ANSWER]
+    assert parse_answer(THOUGHT_ANSWER, "gemma", None) == Answer(content, reasoning, [])
+    assert parse_answer("Plain.", "gemma", None) == Answer("Plain.", None, [])

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from mlxcel.parsers.harmony import HarmonyDelta, HarmonyParser, Reasoning
-from mlxcel.parsers.tools.base import Text, ToolArguments, ToolStart
+from mlxcel.parsers.tools.base import Delta, Reasoning, Text, ToolArguments, ToolStart
+from mlxcel.parsers.tools.harmony import HarmonyParser
 
 # Outputs as the format guide (openai/harmony docs/format.md) shows them after `<|start|>assistant`.
 ANALYSIS_FINAL = (
@@ -39,23 +39,23 @@ RECIPIENT_FIRST = (
 CHUNKS = [1, 2, 3, 7, 10_000]
 
 
-def run(output: str, size: int) -> list[HarmonyDelta]:
+def run(output: str, size: int) -> list[Delta]:
     """Feed `output` `size` characters at a time; merge what streamed so chunkings compare."""
     parser = HarmonyParser()
-    deltas: list[HarmonyDelta] = []
+    deltas: list[Delta] = []
     for at in range(0, len(output), size):
         deltas += parser.feed(output[at : at + size])
     return merged(deltas + parser.finish())
 
 
-def run_split(output: str, at: int) -> list[HarmonyDelta]:
+def run_split(output: str, at: int) -> list[Delta]:
     parser = HarmonyParser()
     return merged(parser.feed(output[:at]) + parser.feed(output[at:]) + parser.finish())
 
 
-def merged(deltas: list[HarmonyDelta]) -> list[HarmonyDelta]:
+def merged(deltas: list[Delta]) -> list[Delta]:
     """Adjacent text of one kind joined; call ids replaced by their index, checked first."""
-    out: list[HarmonyDelta] = []
+    out: list[Delta] = []
     for delta in deltas:
         last = out[-1] if out else None
         if isinstance(delta, ToolStart):
@@ -73,7 +73,7 @@ def merged(deltas: list[HarmonyDelta]) -> list[HarmonyDelta]:
     return out
 
 
-def whole(output: str) -> list[HarmonyDelta]:
+def whole(output: str) -> list[Delta]:
     return run(output, len(output))
 
 
@@ -198,7 +198,7 @@ def test_plain_text_is_content_and_streams() -> None:
         ),
     ],
 )
-def test_malformed_markup_is_content(output: str, expected: list[HarmonyDelta]) -> None:
+def test_malformed_markup_is_content(output: str, expected: list[Delta]) -> None:
     for size in CHUNKS:
         assert run(output, size) == expected
 

@@ -105,7 +105,7 @@ def test_response_has_a_reasoning_item(client: openai.OpenAI) -> None:
     response = client.responses.create(
         input="Hello",
         reasoning={"effort": "low"},
-        max_output_tokens=60,
+        max_output_tokens=160,
         extra_body={"grammar": THINKING},
     )
     assert [item.type for item in response.output] == ["reasoning", "message"]
@@ -124,7 +124,7 @@ def test_response_has_a_reasoning_item(client: openai.OpenAI) -> None:
 def test_streamed_reasoning_events(client: openai.OpenAI) -> None:
     events = list(
         client.responses.create(
-            input="Hello", max_output_tokens=60, stream=True, extra_body={"grammar": THINKING}
+            input="Hello", max_output_tokens=160, stream=True, extra_body={"grammar": THINKING}
         )
     )
     types = [event.type for event in events]
@@ -144,7 +144,7 @@ def test_streamed_reasoning_events(client: openai.OpenAI) -> None:
 @pytest.mark.slow
 def test_follow_up_keeps_the_reasoning_turn(client: openai.OpenAI) -> None:
     first = client.responses.create(
-        input="Hello", max_output_tokens=60, extra_body={"grammar": THINKING}
+        input="Hello", max_output_tokens=160, extra_body={"grammar": THINKING}
     )
     # Sent back as clients do: the previous output items, the reasoning item among them.
     items: list[Any] = [
@@ -167,7 +167,7 @@ def test_chat_usage_counts_reasoning_tokens(client: openai.OpenAI, stream: bool)
     body: dict[str, Any] = {
         "model": "default",
         "messages": HELLO,
-        "max_tokens": 60,
+        "max_tokens": 160,
         "extra_body": {"grammar": THINKING},
     }
     if stream:

@@ -13,7 +13,8 @@ import pytest
 
 from mlxcel.parsers.tools import PARSERS, Delta, Text, ToolArguments, ToolStart, detect_parser
 from mlxcel.parsers.tools.deepseek_v3 import CALL_BEGIN, CALL_END, CALLS_BEGIN, CALLS_END, SEP
-from mlxcel.serving.tools import ToolStream, parse_message
+from mlxcel.serving.answer import Answer, parse_answer
+from mlxcel.serving.tools import ToolPlan, ToolStream
 from tests.conftest import start
 from tests.server_process import ServerProcess
 
@@ -184,7 +185,9 @@ def test_qwen3_coder_malformed_and_unfinished_markup_is_content(text: str, step:
 def test_qwen3_coder_unfinished_calls_leave_the_message_as_content(text: str) -> None:
     deltas = _deltas("qwen3_coder", text, 2, [WEATHER])
     assert [d.name for d in deltas if isinstance(d, ToolStart)] == ["get_weather"]
-    assert parse_message(text, "qwen3_coder", [WEATHER]) == (text, [])
+    assert parse_answer(text, None, ToolPlan([WEATHER], "qwen3_coder", None)) == Answer(
+        text, None, []
+    )
 
 
 DS_V3 = (
@@ -246,7 +249,7 @@ def test_deepseek_v3_malformed_and_unfinished_markup_is_content(text: str, step:
 def test_deepseek_v3_unfinished_calls_leave_the_message_as_content(text: str) -> None:
     deltas = _deltas("deepseek_v3", text, 1, None)
     assert [d.name for d in deltas if isinstance(d, ToolStart)] == ["f"]
-    assert parse_message(text, "deepseek_v3") == (text, [])
+    assert parse_answer(text, None, ToolPlan([], "deepseek_v3", None)) == Answer(text, None, [])
 
 
 def test_tool_stream_turns_qwen3_coder_calls_into_openai_deltas() -> None:

@@ -218,7 +218,7 @@ THINKING = (
 @pytest.mark.parametrize("stream", [False, True])
 def test_reasoning_is_split_from_the_answer(thinking: ServerProcess, stream: bool) -> None:
     client = openai.OpenAI(base_url=thinking.base_url, api_key="x", max_retries=0)
-    body = {"model": "default", "messages": ASK, "max_tokens": 60, "temperature": 0}
+    body = {"model": "default", "messages": ASK, "max_tokens": 160, "temperature": 0}
     extra = {"grammar": THINKING}
     if not stream:
         message = client.chat.completions.create(**body, extra_body=extra).choices[0].message  # type: ignore[call-overload]

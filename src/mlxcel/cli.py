@@ -121,9 +121,10 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--reasoning-parser",
-        choices=["auto", "none", *REASONING_PARSERS],
+        choices=["auto", "none", *REASONING_PARSERS, "harmony"],
         default="auto",
-        help="how thinking is split from answers; auto reads the template's <think> tags "
+        help="how thinking is split from answers; auto reads the template's <think> tags or "
+        "channel markup "
         "(default: %(default)s)",
     )
     add(

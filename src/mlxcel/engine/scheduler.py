@@ -276,9 +276,10 @@ class Scheduler:
             return
         running.generated += 1
         running.last_token = token
-        piece = generator.token_bytes(token)
+        special = params.render_special
+        piece = generator.token_bytes(token, special=special)
         if sample.logprob is not None:
-            top = tuple((t, generator.token_bytes(t), lp) for t, lp in sample.top)
+            top = tuple((t, generator.token_bytes(t, special=special), lp) for t, lp in sample.top)
             running.logprobs.append(TokenLogprob(token, piece, sample.logprob, top))
         text, stopped = running.stops.push(running.text.push(piece))
         if stopped:

@@ -43,6 +43,8 @@ class SamplingParams:
     """Output must be JSON valid against this schema (JSON text)."""
     grammar: str | None = None
     """Output must match this GBNF grammar (llama-server's `grammar`)."""
+    render_special: bool = False
+    """Control tokens appear in the text (for parsers whose markers are control tokens)."""
 
 
 @dataclass(frozen=True)

@@ -8,16 +8,13 @@ from typing import Any
 
 from mlxcel.api.schemas.chat import ChatCompletionRequest
 from mlxcel.engine.registry import LoadedModel
-from mlxcel.engine.types import TokenEvent
-from mlxcel.parsers.reasoning import PARSERS as REASONING
-from mlxcel.parsers.reasoning import ReasoningParser
+from mlxcel.serving.answer import AnswerStream, parse_answer, renders_special_tokens
 from mlxcel.serving.chat_template import render_chat
 from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.logprobs import chat_logprobs
 from mlxcel.serving.reasoning import (
     reasoning_parser_name,
     reasoning_tokens,
-    split_reasoning,
     thinking_kwargs,
 )
 from mlxcel.serving.text import (
@@ -29,7 +26,7 @@ from mlxcel.serving.text import (
     total_usage,
     usage_chunk,
 )
-from mlxcel.serving.tools import ToolPlan, ToolStream, parse_message, plan_tools, template_messages
+from mlxcel.serving.tools import ToolPlan, plan_tools, template_messages
 
 
 @dataclass
@@ -102,32 +99,37 @@ def prepare_chat(
     generations = prepare_choices(
         model, new_id("chatcmpl"), [prompt], request, request.token_limit(), n_predict, "messages"
     )
+    first = generations[0].params
+    grammar = first.grammar
     if plan is not None and plan.grammar is not None:
-        if generations[0].params.grammar or generations[0].params.json_schema:
+        if first.grammar or first.json_schema:
             raise invalid_request(
                 "a forced tool call cannot be combined with response_format, json_schema or "
                 "grammar",
                 "tool_choice",
             )
-        generations = [
-            replace(g, params=replace(g.params, grammar=plan.grammar)) for g in generations
-        ]
+        grammar = plan.grammar
+    special = renders_special_tokens(reasoning, plan)
+    generations = [
+        replace(g, params=replace(g.params, grammar=grammar, render_special=special))
+        for g in generations
+    ]
     return ChatJob(generations, plan, reasoning)
 
 
+def _thinking(reasoning: str | None) -> dict[str, Any]:
+    """A message's reasoning fields (`reasoning` is the alias some clients read)."""
+    return {"reasoning_content": reasoning, "reasoning": reasoning}
+
+
 def _message(text: str, finish: str, job: ChatJob) -> tuple[dict[str, Any], str]:
-    thinking: dict[str, Any] = {}
-    if job.reasoning is not None:
-        reasoning, text = split_reasoning(text, job.reasoning)
-        thinking = {"reasoning_content": reasoning, "reasoning": reasoning}
-    plan = job.tools
-    if plan is None:
-        return {"role": "assistant", "content": text, **thinking}, finish
-    content, calls = parse_message(text, plan.parser, plan.tools)
-    message: dict[str, Any] = {"role": "assistant", "content": content, **thinking}
-    if not calls:
+    answer = parse_answer(text, job.reasoning, job.tools)
+    message: dict[str, Any] = {"role": "assistant", "content": answer.content}
+    if job.reasoning is not None or answer.reasoning is not None:
+        message.update(_thinking(answer.reasoning))
+    if not answer.tool_calls:
         return message, finish
-    message["tool_calls"] = calls
+    message["tool_calls"] = answer.tool_calls
     return message, "tool_calls" if finish == "stop" else finish
 
 
@@ -186,27 +188,11 @@ def _chunk(
     }
 
 
-def _split_thinking(split: ReasoningParser | None, event: TokenEvent) -> tuple[str, str]:
-    """An event's (answer text, reasoning text); everything is answer without a parser."""
-    if split is None:
-        return event.text, ""
-    reasoning, text = split.feed(event.text)
-    if event.finish_reason is not None:
-        more_reasoning, more_text = split.finish()
-        reasoning, text = reasoning + more_reasoning, text + more_text
-    return text, reasoning
-
-
 async def chat_chunks(job: ChatJob, include_usage: bool) -> AsyncIterator[dict[str, Any]]:
     """chat.completion.chunk objects: each choice's role first, then text or tool-call deltas,
     then its finish."""
     generations = job.generations
-    parsers = {
-        i: ToolStream(job.tools.parser, job.tools.tools)
-        for i in range(len(generations))
-        if job.tools
-    }
-    thinking = {i: REASONING[job.reasoning]() for i in range(len(generations)) if job.reasoning}
+    answers = [AnswerStream(job.reasoning, job.tools) for _ in generations]
     role_sent: set[int] = set()
     thoughts: dict[int, list[str]] = {}
     completion_tokens = 0
@@ -217,15 +203,14 @@ async def chat_chunks(job: ChatJob, include_usage: bool) -> AsyncIterator[dict[s
             role_sent.add(position)
             yield _chunk(generation, {"role": "assistant", "content": ""}, None)
         logprobs = chat_logprobs(event.logprobs) if event.logprobs else None
-        text, reasoning = _split_thinking(thinking.get(position), event)
-        if reasoning:
-            thoughts.setdefault(position, []).append(reasoning)
-            yield _chunk(generation, {"reasoning_content": reasoning, "reasoning": reasoning}, None)
-        parser = parsers.get(position)
-        deltas = parser.feed(text) if parser else ([{"content": text}] if text else [])
-        if event.finish_reason is not None and parser:
-            deltas += parser.finish()
+        answer = answers[position]
+        deltas = answer.feed(event.text) if event.text else []
+        if event.finish_reason is not None:
+            deltas += answer.finish()
         for delta in deltas:
+            if "reasoning_content" in delta:
+                thoughts.setdefault(position, []).append(delta["reasoning_content"])
+                delta = _thinking(delta["reasoning_content"])
             yield _chunk(generation, delta, None, logprobs)
             logprobs = None
         if logprobs:
@@ -234,7 +219,7 @@ async def chat_chunks(job: ChatJob, include_usage: bool) -> AsyncIterator[dict[s
             completion_tokens += event.completion_tokens
             cached[position] = event.cached_tokens
             finish = event.finish_reason
-            if parser and parser.calls and finish == "stop":
+            if answer.calls and finish == "stop":
                 finish = "tool_calls"
             yield _chunk(generation, {}, finish)
     if include_usage:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from mlxcel.engine.types import TextGenerator
-from mlxcel.parsers.reasoning import PARSERS
 
 
 def reasoning_parser_name(setting: str, prompt_text: str, template_source: str) -> str | None:
@@ -12,6 +11,10 @@ def reasoning_parser_name(setting: str, prompt_text: str, template_source: str) 
         return None
     if setting != "auto":
         return setting
+    if "<|channel|>" in template_source:
+        return "harmony"  # gpt-oss: one parser reads channels and calls (serving/answer.py)
+    if "<|channel>" in template_source:
+        return "gemma"
     if "<think>" not in template_source:
         return None
     # A template that opens <think> for the model (DeepSeek-R1 style) starts it inside.
@@ -24,15 +27,6 @@ def thinking_kwargs(effort: str | None) -> dict[str, object]:
     if effort is None:
         return {}
     return {"reasoning_effort": effort, **({"enable_thinking": False} if effort == "none" else {})}
-
-
-def split_reasoning(text: str, parser: str) -> tuple[str | None, str]:
-    """A whole answer as (reasoning or None, content)."""
-    split = PARSERS[parser]()
-    reasoning, content = split.feed(text)
-    rest_reasoning, rest_content = split.finish()
-    reasoning += rest_reasoning
-    return (reasoning or None), content + rest_content
 
 
 def reasoning_tokens(generator: TextGenerator, reasoning: str, output_tokens: int) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 
 from mlxcel.api.schemas.responses import ResponsesRequest
 from mlxcel.engine.registry import LoadedModel
+from mlxcel.serving.answer import renders_special_tokens
 from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.reasoning import reasoning_parser_name, reasoning_tokens
 from mlxcel.serving.response_store import ResponseStore
@@ -74,13 +75,16 @@ def prepare_response(
     generation = prepare(
         model, response_id("resp"), prompt, request, request.max_output_tokens, n_predict, "input"
     )
+    params = generation.params
     if plan is not None and plan.grammar is not None:
-        if generation.params.grammar or generation.params.json_schema:
+        if params.grammar or params.json_schema:
             raise invalid_request(
                 "a forced tool call cannot be combined with text.format, json_schema or grammar",
                 "tool_choice",
             )
-        generation = replace(generation, params=replace(generation.params, grammar=plan.grammar))
+        params = replace(params, grammar=plan.grammar)
+    special = renders_special_tokens(reasoning, plan)
+    generation = replace(generation, params=replace(params, render_special=special))
     return ResponseRun(generation, request, messages, response_id("msg"), plan, reasoning)
 
 

@@ -9,9 +9,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from mlxcel.parsers.reasoning import PARSERS as REASONING
+from mlxcel.serving.answer import AnswerStream
 from mlxcel.serving.responses_tools import function_call_item
-from mlxcel.serving.tools import ToolPlan, ToolStream
+from mlxcel.serving.tools import ToolPlan
 
 Emit = Callable[..., dict[str, Any]]
 
@@ -39,8 +39,7 @@ class OutputItems:
         emit: Emit,
         message_id: str,
     ) -> None:
-        self._tools = ToolStream(tools.parser, tools.tools) if tools else None
-        self._thinking = REASONING[reasoning_parser]() if reasoning_parser else None
+        self._answer = AnswerStream(reasoning_parser, tools)
         self._emit = emit
         self._message_id = message_id
         self.items: list[dict[str, Any]] = []
@@ -65,18 +64,11 @@ class OutputItems:
 
     def feed(self, text: str) -> list[dict[str, Any]]:
         """Events for new model output."""
-        if self._thinking is None:
-            return self._answer(text, final=False)
-        thought, text = self._thinking.feed(text)
-        return [*self._reasoning(thought), *self._answer(text, final=False)]
+        return self._events(self._answer.feed(text))
 
     def finish(self, status: str) -> list[dict[str, Any]]:
         """Events that flush what parsers held back and close every item with `status`."""
-        out: list[dict[str, Any]] = []
-        if self._thinking is not None:
-            thought, text = self._thinking.finish()
-            out += [*self._reasoning(thought), *self._answer(text, final=False)]
-        out += self._answer("", final=True)
+        out = self._events(self._answer.finish())
         if self._message() is None and not self.calls:
             out += self._open_message()  # an answer always has a message or a call
         out += self._close(status)
@@ -87,14 +79,11 @@ class OutputItems:
     def _message(self) -> dict[str, Any] | None:
         return next((item for item in self.items if item["type"] == "message"), None)
 
-    def _answer(self, text: str, *, final: bool) -> list[dict[str, Any]]:
-        if self._tools is None:
-            return self._content(text) if text else []
+    def _events(self, deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        deltas = self._tools.feed(text) if text else []
-        if final:
-            deltas += self._tools.finish()
         for delta in deltas:
+            if delta.get("reasoning_content"):
+                out += self._reasoning(delta["reasoning_content"])
             if delta.get("content"):
                 out += self._content(delta["content"])
             for call in delta.get("tool_calls", []):
@@ -122,8 +111,6 @@ class OutputItems:
         return out
 
     def _reasoning(self, text: str) -> list[dict[str, Any]]:
-        if not text:
-            return []
         out: list[dict[str, Any]] = []
         if self._open is None or self._open["type"] != "reasoning":
             item = {

@@ -10,6 +10,7 @@ from mlxcel.engine.types import ChatTemplate
 from mlxcel.parsers.tools import (
     CALL_GRAMMARS,
     PARSERS,
+    Reasoning,
     Text,
     ToolArguments,
     ToolCallParser,
@@ -130,28 +131,6 @@ class ToolStream:
             elif isinstance(delta, ToolArguments):
                 fragment = {"index": delta.index, "function": {"arguments": delta.fragment}}
                 out.append({"tool_calls": [fragment]})
+            elif isinstance(delta, Reasoning):
+                out.append({"reasoning_content": delta.text})
         return out
-
-
-def parse_message(
-    text: str, parser: str, tools: list[dict[str, Any]] | None = None
-) -> tuple[str | None, list[dict[str, Any]]]:
-    """A whole answer as message content and tool_calls; a malformed call stays content."""
-    stream = ToolStream(parser, tools)
-    content: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
-    for delta in stream.feed(text) + stream.finish():
-        content.append(delta.get("content", ""))
-        for call in delta.get("tool_calls", []):
-            entry = calls.setdefault(call["index"], {**call, "function": {"arguments": ""}})
-            function = call["function"]
-            entry["function"]["name"] = function.get("name", entry["function"].get("name"))
-            entry["function"]["arguments"] += function.get("arguments", "")
-    tool_calls = [{k: v for k, v in c.items() if k != "index"} for _, c in sorted(calls.items())]
-    for call in tool_calls:
-        try:
-            json.loads(call["function"]["arguments"])
-        except ValueError:
-            return text, []
-    joined = "".join(content).strip()
-    return (joined or None) if tool_calls else text, tool_calls

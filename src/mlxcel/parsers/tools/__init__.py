@@ -5,8 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from mlxcel.parsers.tools import deepseek_v3, qwen3_coder
-from mlxcel.parsers.tools.base import Delta, Text, ToolArguments, ToolCallParser, ToolStart
+from mlxcel.parsers.tools import deepseek_v3, harmony, qwen3_coder
+from mlxcel.parsers.tools.base import (
+    Delta,
+    Reasoning,
+    Text,
+    ToolArguments,
+    ToolCallParser,
+    ToolStart,
+)
 from mlxcel.parsers.tools.grammar import CallGrammar, Tools, json_call_grammar
 from mlxcel.parsers.tools.hermes import HermesParser
 from mlxcel.parsers.tools.json_calls import bare_json, llama3_json, mistral
@@ -34,6 +41,8 @@ PARSERS: dict[str, ParserFactory] = {
     "json": _untyped(bare_json),
     "qwen3_coder": qwen3_coder.Qwen3CoderParser,
     "deepseek_v3": _untyped(deepseek_v3.DeepSeekV3Parser),
+    # gpt-oss channels: reads reasoning (analysis) and content (final) as well as calls.
+    "harmony": _untyped(harmony.HarmonyParser),
 }
 
 # The grammar that forces calls written as each format's parser reads them.
@@ -46,11 +55,13 @@ CALL_GRAMMARS: dict[str, CallGrammar] = {
     "json": json_call_grammar("arguments", "", None, ""),
     "qwen3_coder": qwen3_coder.forced_grammar,
     "deepseek_v3": deepseek_v3.forced_grammar,
+    "harmony": harmony.forced_grammar,
 }
 
 # Markup a chat template writes for tool calls, and the parser that reads it (first match).
 # Qwen3-Coder's template also writes <tool_call>, so its <function= comes before hermes.
 _TEMPLATE_MARKERS = (
+    ("<|channel|>", "harmony"),
     ("<function=", "qwen3_coder"),
     ("<parameter=", "qwen3_coder"),
     ("tool▁calls▁begin", "deepseek_v3"),
@@ -76,6 +87,7 @@ __all__ = [
     "PARSERS",
     "Delta",
     "ParserFactory",
+    "Reasoning",
     "Text",
     "ToolArguments",
     "ToolCallParser",

@@ -30,7 +30,14 @@ class ToolArguments:
     fragment: str
 
 
-Delta = Text | ToolStart | ToolArguments
+@dataclass(frozen=True)
+class Reasoning:
+    """Chain of thought, for the client's reasoning field (formats with channels, like harmony)."""
+
+    text: str
+
+
+Delta = Text | ToolStart | ToolArguments | Reasoning
 
 
 class ToolCallParser(Protocol):

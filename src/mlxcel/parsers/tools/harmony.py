@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass
 
 from mlxcel.parsers.markup import held_prefix
-from mlxcel.parsers.tools.base import Delta, Text, ToolArguments, ToolStart
+from mlxcel.parsers.tools.base import Delta, Reasoning, Text, ToolArguments, ToolStart
+from mlxcel.parsers.tools.grammar import Tools, json_rules, literal, parameters
 
 START, END, MESSAGE = "<|start|>", "<|end|>", "<|message|>"
 CALL, RETURN, CHANNEL = "<|call|>", "<|return|>", "<|channel|>"
@@ -35,16 +35,6 @@ _HEADER = re.compile(
     r"(?:(?:<\|constrain\|>)?\s*[\w./+-]+)?\s*"
 )
 _FUNCTIONS = "functions."
-
-
-@dataclass(frozen=True)
-class Reasoning:
-    """Chain of thought (the analysis channel), for the client's reasoning field."""
-
-    text: str
-
-
-HarmonyDelta = Reasoning | Delta
 
 
 def _earliest(text: str, markers: tuple[str, ...]) -> tuple[int, str]:
@@ -63,15 +53,15 @@ class HarmonyParser:
         self._kind = "content"
         self._calls = 0
 
-    def feed(self, text: str) -> list[HarmonyDelta]:
+    def feed(self, text: str) -> list[Delta]:
         """Deltas that `text` completes; a marker that may still be arriving is held back."""
         self._buffer += text
-        deltas: list[HarmonyDelta] = []
+        deltas: list[Delta] = []
         while self._body(deltas) if self._in_body else self._header(deltas):
             pass
         return deltas
 
-    def finish(self) -> list[HarmonyDelta]:
+    def finish(self) -> list[Delta]:
         """What is held back: an unfinished header is content, an unfinished body its kind's."""
         rest, self._buffer = self._buffer, ""
         if self._in_body:
@@ -79,7 +69,7 @@ class HarmonyParser:
         rest, self._opened = self._opened + rest, ""
         return [Text(rest)] if rest.strip() else []
 
-    def _header(self, deltas: list[HarmonyDelta]) -> bool:
+    def _header(self, deltas: list[Delta]) -> bool:
         if not self._opened:
             head = self._buffer.lstrip()
             if head.startswith(START):
@@ -100,7 +90,7 @@ class HarmonyParser:
         self._opened, self._in_body, self._kind = "", True, "content"
         return True
 
-    def _body(self, deltas: list[HarmonyDelta]) -> bool:
+    def _body(self, deltas: list[Delta]) -> bool:
         at, marker = _earliest(self._buffer, _BODY_ENDS)
         if at < 0:
             cut = len(self._buffer) - max(held_prefix(self._buffer, end) for end in _BODY_ENDS)
@@ -115,7 +105,7 @@ class HarmonyParser:
         self._in_body = False
         return True
 
-    def _open(self, header: str) -> list[HarmonyDelta]:
+    def _open(self, header: str) -> list[Delta]:
         """Start a message's body; the deltas its header gives (a call's start, or echo)."""
         opened, self._opened, self._in_body = self._opened, "", True
         match = _HEADER.fullmatch(header)
@@ -132,7 +122,7 @@ class HarmonyParser:
         self._kind = "reasoning" if recipient or match["channel"] == "analysis" else "content"
         return []
 
-    def _emit(self, text: str) -> list[HarmonyDelta]:
+    def _emit(self, text: str) -> list[Delta]:
         if not text:
             return []
         if self._kind == "call":
@@ -145,3 +135,17 @@ class HarmonyParser:
         head = header.lstrip()
         starts = any(s.startswith(head) or head.startswith(s) for s in _HEADER_STARTS)
         return starts and len(header) <= _HEADER_LIMIT
+
+
+def forced_grammar(tools: Tools, parallel: bool) -> str:
+    """GBNF for one call to `tools` as gpt-oss writes it, JSON arguments by the schema.
+
+    A harmony turn holds one call (`<|call|>` ends generation), so `parallel` has no effect.
+    """
+    converter = json_rules()
+    calls = []
+    for i, tool in enumerate(tools):
+        arguments = converter.visit(parameters(converter, tool, i), f"arg-{i}")
+        header = f"{CHANNEL}commentary to={_FUNCTIONS}{tool['function']['name']} "
+        calls.append(f"{literal(header + '<|constrain|>json' + MESSAGE)} {arguments}")
+    return f"root ::= {' | '.join(calls)}\n{converter.format_grammar()}"
