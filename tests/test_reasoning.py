@@ -187,3 +187,31 @@ def test_chat_usage_counts_reasoning_tokens(client: openai.OpenAI, stream: bool)
     assert usage is not None and usage.completion_tokens_details is not None
     assert _alpha(thought)
     assert 0 < (usage.completion_tokens_details.reasoning_tokens or 0) < usage.completion_tokens
+
+
+@pytest.mark.slow
+def test_stateless_clients_get_reasoning_back_through_encrypted_content(
+    client: openai.OpenAI,
+) -> None:
+    first = client.responses.create(
+        input="Hello",
+        store=False,
+        include=["reasoning.encrypted_content"],
+        max_output_tokens=160,
+        extra_body={"grammar": THINKING},
+    )
+    thought = first.output[0]
+    assert thought.type == "reasoning" and thought.content is not None
+    assert thought.encrypted_content == thought.content[0].text
+    # Sent back with only the opaque part, as Codex-style clients do.
+    opaque = {"type": "reasoning", "summary": [], "encrypted_content": thought.encrypted_content}
+    items: list[Any] = [
+        {"role": "user", "content": "Hello"},
+        opaque,
+        {"role": "assistant", "content": first.output_text},
+        {"role": "user", "content": "Again"},
+    ]
+    messages = chat_messages(ResponsesRequest.model_validate({"input": items}).input)
+    assert messages[1]["reasoning_content"] == thought.encrypted_content
+    again = client.responses.create(input=items, store=False, max_output_tokens=5)
+    assert again.status in ("completed", "incomplete")

@@ -342,7 +342,7 @@ def test_previous_response_id_continues_the_conversation(client: openai.OpenAI) 
             "xml",
         ),
         ({"tools": [{"type": "web_search"}]}, "tools.0.type", "web_search"),
-        ({"include": ["reasoning.encrypted_content"]}, "include", "include"),
+        ({"include": ["file_search_call.results"]}, "include.0", "file_search_call.results"),
         ({"reasoning": {"effort": "lots"}}, "reasoning.effort", "reasoning.effort"),
         ({"truncation": "auto"}, "truncation", "truncation"),
         ({"max_tokens": 5}, "max_tokens", "max_output_tokens"),

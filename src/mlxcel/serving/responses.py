@@ -14,6 +14,7 @@ from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.reasoning import reasoning_parser_name, reasoning_tokens
 from mlxcel.serving.response_store import ResponseStore
 from mlxcel.serving.responses_input import (
+    ENCRYPTED_REASONING,
     chat_messages,
     chat_tool,
     chat_tool_choice,
@@ -46,7 +47,10 @@ class ResponseRun:
 
     def output(self, emit: Emit) -> OutputItems:
         """A builder for this response's output items, its events sent through `emit`."""
-        return OutputItems(self.tools, self.reasoning, emit, self.message_id)
+        clear = ENCRYPTED_REASONING in (self.request.include or [])
+        return OutputItems(
+            self.tools, self.reasoning, emit, self.message_id, reasoning_in_clear=clear
+        )
 
 
 def prepare_response(

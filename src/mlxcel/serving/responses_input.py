@@ -20,6 +20,10 @@ from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.reasoning import thinking_kwargs
 from mlxcel.serving.tools import template_messages
 
+# Stateless clients (store=false) ask for reasoning they can send back. Nothing leaves this
+# machine, so the "encrypted" content is the reasoning text itself, read back the same way.
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
+
 
 def check_supported(request: ResponsesRequest) -> None:
     """A 400 naming the first field this server knows but cannot honour yet."""
@@ -38,8 +42,12 @@ def _unsupported(request: ResponsesRequest) -> tuple[str, str] | None:
         return "stream_options", "'stream_options' is not supported for responses"
     if request.background:
         return "background", "background responses are not supported yet"
-    if request.include:
-        return "include", "'include' is not supported yet"
+    for index, value in enumerate(request.include or []):
+        if value != ENCRYPTED_REASONING:
+            return (
+                f"include.{index}",
+                f"include '{value}' is not supported; only '{ENCRYPTED_REASONING}' is",
+            )
     if request.truncation == "auto":
         return "truncation", "'truncation' must be 'disabled': this server does not truncate input"
     choice = request.tool_choice

@@ -38,8 +38,11 @@ class OutputItems:
         reasoning_parser: str | None,
         emit: Emit,
         message_id: str,
+        *,
+        reasoning_in_clear: bool = False,
     ) -> None:
         self._answer = AnswerStream(reasoning_parser, tools)
+        self._reasoning_in_clear = reasoning_in_clear
         self._emit = emit
         self._message_id = message_id
         self.items: list[dict[str, Any]] = []
@@ -166,6 +169,8 @@ class OutputItems:
             text = "".join(self._open_text)
             part = output_text(text) if item["type"] == "message" else reasoning_text(text)
             item.update(status=status, content=[part])
+            if item["type"] == "reasoning" and self._reasoning_in_clear:
+                item["encrypted_content"] = text
             if item["type"] == "message":
                 out.append(self._where("response.output_text.done", text=text, logprobs=[]))
             else:

@@ -78,8 +78,11 @@ class ReasoningItem(Strict):
     status: str | None = None
 
     def text(self) -> str:
-        """The reasoning text (the summary where no text was kept)."""
-        return "".join(part.text for part in self.content or self.summary)
+        """The reasoning text (else the summary, else what include's encrypted_content carried)."""
+        parts = self.content or self.summary
+        if parts:
+            return "".join(part.text for part in parts)
+        return self.encrypted_content or ""
 
 
 def _item_type(value: Any) -> str:
@@ -160,9 +163,9 @@ class ResponsesRequest(SamplingFields):
     parallel_tool_calls: bool | None = None
     truncation: Literal["auto", "disabled"] | None = None
     reasoning: ReasoningConfig | None = None
-    # Declared only so that a request using them gets a 400 that names them.
-    background: bool | None = None
     include: list[str] | None = None
+    # Declared only so that a request using it gets a 400 that names it.
+    background: bool | None = None
 
     def output_format(self) -> tuple[dict[str, Any] | None, str]:
         """text.format constrains a response's output."""
