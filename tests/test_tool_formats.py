@@ -11,10 +11,18 @@ import jsonschema
 import openai
 import pytest
 
-from mlxcel.parsers.tools import PARSERS, Delta, Text, ToolArguments, ToolStart, detect_parser
+from mlxcel.parsers.tools import (
+    CALL_EXAMPLES,
+    PARSERS,
+    Delta,
+    Text,
+    ToolArguments,
+    ToolStart,
+    detect_parser,
+)
 from mlxcel.parsers.tools.deepseek_v3 import CALL_BEGIN, CALL_END, CALLS_BEGIN, CALLS_END, SEP
 from mlxcel.serving.answer import Answer, parse_answer
-from mlxcel.serving.tools import ToolPlan, ToolStream
+from mlxcel.serving.tools import ToolPlan, ToolStream, template_messages
 from tests.conftest import start
 from tests.server_process import ServerProcess
 
@@ -327,3 +335,11 @@ def test_forced_calls_written_in_the_format_markup(
     tool = {"get_weather": WEATHER, "get_time": TIME}[name]
     jsonschema.validate(json.loads(arguments), tool["function"]["parameters"])
     assert not any(marker in content for marker in MARKUP)
+
+
+@pytest.mark.parametrize("name", sorted(PARSERS))
+def test_templates_without_tools_are_shown_the_parsers_call_shape(name: str) -> None:
+    messages = template_messages(None, [{"role": "user", "content": "Hi"}], [WEATHER], name)
+    system = messages[0]["content"]
+    assert messages[0]["role"] == "system" and CALL_EXAMPLES[name] in system
+    assert '"name": "get_weather"' in system

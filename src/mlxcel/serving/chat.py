@@ -26,7 +26,7 @@ from mlxcel.serving.text import (
     total_usage,
     usage_chunk,
 )
-from mlxcel.serving.tools import ToolPlan, plan_tools, template_messages
+from mlxcel.serving.tools import DEFAULT_PARSER, ToolPlan, plan_tools, template_messages
 
 
 @dataclass
@@ -62,7 +62,10 @@ def chat_text(model: LoadedModel, request: ChatCompletionRequest, tool_parser: s
     plan = _plan(model, request, tool_parser)
     tools = plan.tools if plan else []
     messages = template_messages(
-        model.chat_template, [m.template_dict() for m in request.messages], tools
+        model.chat_template,
+        [m.template_dict() for m in request.messages],
+        tools,
+        plan.parser if plan else DEFAULT_PARSER,
     )
     extra = {
         **thinking_kwargs(request.reasoning_effort),

@@ -72,7 +72,7 @@ def prepare_response(
     choice = chat_tool_choice(request.tool_choice)
     plan = plan_tools(chat_tools, choice, parallel, tool_parser, source)
     effort = request.reasoning.effort if request.reasoning else None
-    text = prompt_text(template, [*system, *messages], plan.tools if plan else [], effort)
+    text = prompt_text(template, [*system, *messages], plan, effort)
     reasoning = reasoning_parser_name(reasoning_parser, text, source or "")
     generator = model.generator
     prompt = generator.tokenize(text, add_special=generator.add_bos, parse_special=True)

@@ -18,7 +18,7 @@ from mlxcel.engine.types import ChatTemplate
 from mlxcel.serving.chat_template import render_chat
 from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.reasoning import thinking_kwargs
-from mlxcel.serving.tools import template_messages
+from mlxcel.serving.tools import DEFAULT_PARSER, ToolPlan, template_messages
 
 # Stateless clients (store=false) ask for reasoning they can send back. Nothing leaves this
 # machine, so the "encrypted" content is the reasoning text itself, read back the same way.
@@ -120,11 +120,12 @@ def chat_tool(tool: FunctionTool) -> dict[str, Any]:
 def prompt_text(
     template: ChatTemplate | None,
     messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]],
+    plan: ToolPlan | None,
     effort: str | None,
 ) -> str:
     """Render the chat template with the tools and the reasoning effort."""
-    messages = template_messages(template, messages, tools)
+    tools = plan.tools if plan else []
+    messages = template_messages(template, messages, tools, plan.parser if plan else DEFAULT_PARSER)
     extra = {**thinking_kwargs(effort), **({"tools": tools} if tools else {})}
     return render_chat(template, messages, extra=extra)
 

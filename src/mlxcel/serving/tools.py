@@ -8,7 +8,9 @@ from typing import Any
 
 from mlxcel.engine.types import ChatTemplate
 from mlxcel.parsers.tools import (
+    CALL_EXAMPLES,
     CALL_GRAMMARS,
+    DEFAULT_PARSER,
     PARSERS,
     Reasoning,
     Text,
@@ -20,10 +22,12 @@ from mlxcel.parsers.tools import (
 from mlxcel.serving.chat_template import CHATML
 from mlxcel.serving.errors import invalid_request
 
-_TOOLS_PREAMBLE = (
-    'You can call functions. To call one, answer with <tool_call>{"name": NAME, '
-    '"arguments": {...}}</tool_call>. Available functions:\n'
-)
+
+def _tools_preamble(parser: str) -> str:
+    return (
+        f"You can call functions. To call one, answer with {CALL_EXAMPLES[parser]}. "
+        "Available functions:\n"
+    )
 
 
 @dataclass(frozen=True)
@@ -48,9 +52,13 @@ def tool_calls_as_text(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def template_messages(
-    template: ChatTemplate | None, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    template: ChatTemplate | None,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    parser: str = DEFAULT_PARSER,
 ) -> list[dict[str, Any]]:
-    """Messages a template can render; tools go in a system message if it cannot show them."""
+    """Messages a template can render; tools go in a system message, calls shown in `parser`'s
+    format, if it cannot show them."""
     source = template.source if template else CHATML
     if "tool_calls" not in source:
         messages = tool_calls_as_text(messages)
@@ -58,10 +66,11 @@ def template_messages(
         listing = "\n".join(json.dumps(tool["function"]) for tool in tools)
         if messages and messages[0]["role"] == "system":
             first = messages[0]
-            content = f"{first['content']}\n\n{_TOOLS_PREAMBLE}{listing}"
+            content = f"{first['content']}\n\n{_tools_preamble(parser)}{listing}"
             messages = [{**first, "content": content}, *messages[1:]]
         else:
-            messages = [{"role": "system", "content": _TOOLS_PREAMBLE + listing}, *messages]
+            preamble = {"role": "system", "content": _tools_preamble(parser) + listing}
+            messages = [preamble, *messages]
     return messages
 
 

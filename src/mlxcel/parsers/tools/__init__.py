@@ -58,6 +58,24 @@ CALL_GRAMMARS: dict[str, CallGrammar] = {
     "harmony": harmony.forced_grammar,
 }
 
+# How each format writes one call, for models whose template cannot show tools: the system
+# message that lists the tools shows this shape, so the model writes what the parser reads.
+CALL_EXAMPLES: dict[str, str] = {
+    "hermes": '<tool_call>{"name": NAME, "arguments": {...}}</tool_call>',
+    "llama3_json": '{"name": NAME, "parameters": {...}}',
+    "mistral": '[TOOL_CALLS][{"name": NAME, "arguments": {...}}]',
+    "json": '{"name": NAME, "arguments": {...}}',
+    "qwen3_coder": (
+        "<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n"
+        "</tool_call>"
+    ),
+    "deepseek_v3": (
+        f"{deepseek_v3.CALLS_BEGIN}{deepseek_v3.CALL_BEGIN}function{deepseek_v3.SEP}NAME"
+        f"\n```json\n{{...}}\n```{deepseek_v3.CALL_END}{deepseek_v3.CALLS_END}"
+    ),
+    "harmony": "<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}",
+}
+
 # Markup a chat template writes for tool calls, and the parser that reads it (first match).
 # Qwen3-Coder's template also writes <tool_call>, so its <function= comes before hermes.
 _TEMPLATE_MARKERS = (
@@ -82,6 +100,7 @@ def detect_parser(template_source: str | None) -> str:
 
 
 __all__ = [
+    "CALL_EXAMPLES",
     "CALL_GRAMMARS",
     "DEFAULT_PARSER",
     "PARSERS",
