@@ -1,10 +1,12 @@
 """mlxcel against its engine and its Python peer, on the same GGUF, in one run.
 
-    python bench/compare.py [--model PATH.gguf] [--threads 1]
+    python bench/compare.py [--model PATH.gguf | --shape smollm2-135m|qwen2.5-0.5b] [--threads 1]
 
 Measures, one after another on this machine: the raw engine (llama-cpp-python's low-level API
-in-process: single-sequence decode, and 8 sequences decoded together), llama-cpp-python's own
-server (`python -m llama_cpp.server`), and `mlxcel serve`; then prints each target as a ratio.
+in-process: prompt evaluation, single-sequence decode, and 8 sequences decoded together),
+llama-cpp-python's own server (`python -m llama_cpp.server`), and `mlxcel serve`; then prints
+each target as a ratio. `--shape` builds (once, into bench/.cache) a random-weight Q4_0 GGUF of
+a real model's shape with bench/models.py; every target generates until max_tokens there too.
 Absolute numbers move with the machine's load; ratios from one run are what to compare.
 """
 
@@ -22,6 +24,7 @@ import llama_cpp
 from llama_cpp import _logger as llama_logger
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from models import CACHE_DIR, SHAPES, build
 from serve import make_prompts, run_level, summarize
 
 
@@ -32,8 +35,10 @@ def _context(model: object, n_ctx: int, n_seq: int, threads: int) -> object:
     return llama_cpp.llama_init_from_model(model, params)
 
 
-def raw_decode(path: Path, threads: int, n_seq: int, prompt_len: int, steps: int) -> float:
-    """Aggregate decode tokens/s of `n_seq` greedy sequences stepped together, raw engine."""
+def raw_engine(
+    path: Path, threads: int, n_seq: int, prompt_len: int, steps: int
+) -> tuple[float, float]:
+    """Raw engine: prompt tokens/s, then decode tokens/s of `n_seq` greedy sequences together."""
     llama_cpp.llama_backend_init()
     llama_logger.set_verbose(False)
     model = llama_cpp.llama_model_load_from_file(
@@ -54,11 +59,13 @@ def raw_decode(path: Path, threads: int, n_seq: int, prompt_len: int, steps: int
 
     prompt = [(1000 + 7 * i) % llama_cpp.llama_vocab_n_tokens(vocab) for i in range(prompt_len)]
     last = []
+    began = time.perf_counter()
     for seq in range(n_seq):
         for start in range(0, prompt_len, 512):
             chunk = prompt[start : start + 512]
             decode([(t, start + i, seq, start + i == prompt_len - 1) for i, t in enumerate(chunk)])
         last.append(llama_cpp.llama_sampler_sample(samplers[seq], ctx, len(chunk) - 1))
+    prefill = n_seq * prompt_len / (time.perf_counter() - began)
     began = time.perf_counter()
     for step in range(steps):
         decode([(last[s], prompt_len + step, s, True) for s in range(n_seq)])
@@ -69,7 +76,7 @@ def raw_decode(path: Path, threads: int, n_seq: int, prompt_len: int, steps: int
     llama_cpp.llama_batch_free(batch)
     llama_cpp.llama_free(ctx)
     llama_cpp.llama_model_free(model)
-    return n_seq * steps / elapsed
+    return prefill, n_seq * steps / elapsed
 
 
 def _free_port() -> int:
@@ -116,24 +123,21 @@ def prefix_ttft(base_url: str, prefix_words: int) -> tuple[float, float]:
     return times[0], times[1]
 
 
-def main() -> None:
-    """Run every measurement and print the ratios the throughput targets are stated in."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", type=Path, help="GGUF (default: the embedded SmolLM2)")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--prompt-tokens", type=int, default=128)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=128)
-    args = parser.parse_args()
-    from mlxcel.weights import resolve_model
+def model_file(args: argparse.Namespace) -> Path:
+    """The GGUF to measure: --model, a --shape built or found in the cache, or the default."""
+    if args.shape is None:
+        from mlxcel.weights import resolve_model
 
-    path = resolve_model(str(args.model) if args.model else None)
-    threads = str(args.threads)
-    raw1 = raw_decode(path, args.threads, 1, args.prompt_tokens, args.steps)
-    raw8 = raw_decode(path, args.threads, 8, args.prompt_tokens, args.steps)
-    print(f"raw engine: {raw1:.1f} tok/s at 1 sequence, {raw8:.1f} tok/s aggregate at 8")
+        return resolve_model(str(args.model) if args.model else None)
+    built = build(SHAPES[args.shape], args.cache)
+    print(f"model: {built.path} ({built.summary()})")
+    return built.path
 
+
+def measure_peer(path: Path, args: argparse.Namespace) -> dict[int, dict]:
+    """llama_cpp.server at 1 and 8 clients."""
     port = _free_port()
+    threads = str(args.threads)
     peer = _start(
         [
             sys.executable,
@@ -157,11 +161,14 @@ def main() -> None:
         "/v1/models",
     )
     try:
-        theirs = serve_levels(f"http://127.0.0.1:{port}/v1", [1, 8], args)
+        return serve_levels(f"http://127.0.0.1:{port}/v1", [1, 8], args)
     finally:
         peer.terminate()
         peer.wait()
 
+
+def measure_ours(path: Path, args: argparse.Namespace) -> tuple[dict[int, dict], float, float]:
+    """mlxcel serve at 1 and 8 clients, then its cold and warm 2,000-token-prefix TTFT."""
     port = _free_port()
     mlxcel = Path(sys.executable).parent / "mlxcel"
     ours_proc = _start(
@@ -173,7 +180,7 @@ def main() -> None:
             "--port",
             str(port),
             "--threads",
-            threads,
+            str(args.threads),
             "-np",
             "8",
             "-c",
@@ -190,17 +197,52 @@ def main() -> None:
     finally:
         ours_proc.terminate()
         ours_proc.wait()
+    return ours, cold, warm
 
-    print(
-        f"llama_cpp.server: {theirs[1]['throughput_tok_s']:.1f} tok/s at 1 client, "
-        f"{theirs[8]['throughput_tok_s']:.1f} at 8; median TTFT at 8 "
-        f"{theirs[8]['ttft_median_ms']:.0f} ms"
+
+def main() -> None:
+    """Run every measurement and print the ratios the throughput targets are stated in."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--model", type=Path, help="GGUF (default: the embedded SmolLM2)")
+    which.add_argument(
+        "--shape", choices=sorted(SHAPES), help="a random-weight Q4_0 GGUF of this model's shape"
     )
+    parser.add_argument("--cache", type=Path, default=CACHE_DIR, help="where --shape builds")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=128)
+    args = parser.parse_args()
+    path = model_file(args)
+    prefill, raw1 = raw_engine(path, args.threads, 1, args.prompt_tokens, args.steps)
+    _, raw8 = raw_engine(path, args.threads, 8, args.prompt_tokens, args.steps)
     print(
-        f"mlxcel serve:     {ours[1]['throughput_tok_s']:.1f} tok/s at 1 client, "
-        f"{ours[8]['throughput_tok_s']:.1f} at 8; median TTFT at 8 "
-        f"{ours[8]['ttft_median_ms']:.0f} ms"
+        f"raw engine: prefill {prefill:.1f} tok/s ({args.prompt_tokens}-token prompt); decode "
+        f"{raw1:.1f} tok/s at 1 sequence, {raw8:.1f} tok/s aggregate at 8"
     )
+    theirs = measure_peer(path, args)
+    ours, cold, warm = measure_ours(path, args)
+    report(theirs, ours, raw1, raw8, cold, warm)
+
+
+def report(
+    theirs: dict[int, dict],
+    ours: dict[int, dict],
+    raw1: float,
+    raw8: float,
+    cold: float,
+    warm: float,
+) -> None:
+    """Each server's figures, then every target as a ratio."""
+    for name, levels in (("llama_cpp.server", theirs), ("mlxcel serve", ours)):
+        early = sum(levels[level]["stopped_early"] for level in levels)
+        print(
+            f"{name + ':':18}{levels[1]['throughput_tok_s']:.1f} tok/s at 1 client, "
+            f"{levels[8]['throughput_tok_s']:.1f} at 8; median TTFT at 8 "
+            f"{levels[8]['ttft_median_ms']:.0f} ms"
+            + (f"; {early} requests stopped before max_tokens" if early else "")
+        )
     # The raw engine numbers are decode only, so compare them with decode rates (1 / TPOT);
     # served throughput (output tokens / wall time) also pays for prefill and queueing.
     single = 1000 / ours[1]["tpot_median_ms"]

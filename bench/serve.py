@@ -33,6 +33,7 @@ class Sample:
     itls: list[float] = field(default_factory=list)
     tokens: int = 0
     latency: float = 0.0
+    finish_reason: str | None = None
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -61,10 +62,14 @@ async def one_request(
         "max_tokens": max_tokens,
         "temperature": 0,
         "stream": True,
+        # Every token up to max_tokens, so decode rates compare: ignore_eos for mlxcel, vLLM
+        # and llama-server; llama_cpp.server reads only min_tokens.
         "ignore_eos": True,
+        "min_tokens": max_tokens,
     }
     start = time.perf_counter()
     sample: Sample | None = None
+    finish_reason = None
     last = start
     async with client.stream("POST", "/completions", json=body) as response:
         response.raise_for_status()
@@ -72,7 +77,10 @@ async def one_request(
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
-            if not chunk.get("choices") or not chunk["choices"][0].get("text"):
+            if not chunk.get("choices"):
+                continue
+            finish_reason = chunk["choices"][0].get("finish_reason") or finish_reason
+            if not chunk["choices"][0].get("text"):
                 continue
             now = time.perf_counter()
             if sample is None:
@@ -84,6 +92,7 @@ async def one_request(
     if sample is None:
         raise RuntimeError("the server streamed no text")
     sample.latency = last - start
+    sample.finish_reason = finish_reason
     return sample
 
 
@@ -121,6 +130,9 @@ def summarize(concurrency: int, samples: list[Sample], wall: float) -> dict[str,
         "itl_p90_ms": percentile(itls, 90) * 1000,
         "tpot_median_ms": (statistics.median(tpots) if tpots else 0) * 1000,
         "tpot_p90_ms": percentile(tpots, 90) * 1000,
+        # Requests that ended before max_tokens (an end-of-generation token the server let
+        # through): their decode rate is not comparable.
+        "stopped_early": sum(s.finish_reason != "length" for s in samples),
     }
 
 
