@@ -128,6 +128,15 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     add(
+        "-cram",
+        "--cache-ram",
+        type=int,
+        default=defaults.DEFAULT_CACHE_RAM_MIB,
+        metavar="MiB",
+        help="host memory for prompt KV state that slots give up, reused by later requests "
+        "that share its prefix; -1 = no limit, 0 = off (default: %(default)s)",
+    )
+    add(
         "--chat-template-file",
         type=Path,
         metavar="FILE",
@@ -203,6 +212,8 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             parser.error(f"--{name.replace('_', '-')} must be at least {minimum}")
     if not 0 < args.port < 65536:
         parser.error("--port must be between 1 and 65535")
+    if args.cache_ram < -1:
+        parser.error("--cache-ram must be -1 (no limit), 0 (off) or a size in MiB")
     if args.chat_template_file is not None and not args.chat_template_file.is_file():
         parser.error(f"--chat-template-file {args.chat_template_file}: no such file")
 
@@ -240,6 +251,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         tool_call_parser=args.tool_call_parser,
         reasoning_parser=args.reasoning_parser,
         chat_template_file=args.chat_template_file,
+        cache_ram_mib=args.cache_ram,
         temperature=args.temp,
         top_p=args.top_p,
         top_k=args.top_k,

@@ -15,6 +15,7 @@ DEFAULT_BATCH_SIZE = 512
 DEFAULT_UBATCH_SIZE = 512
 DEFAULT_QUEUE_SIZE = 64
 DEFAULT_QUEUE_TIMEOUT = 600.0
+DEFAULT_CACHE_RAM_MIB = 2048
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 DEFAULT_LOG_LEVEL = "info"
 DEFAULT_BACKEND = "auto"
@@ -56,6 +57,7 @@ class ServerConfig:
     tool_call_parser: str = "auto"
     reasoning_parser: str = "auto"
     chat_template_file: Path | None = None
+    cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None

@@ -36,6 +36,14 @@ class EngineMetrics:
                 Counter, "mlxcel_prefix_cache_queries", "Requests that looked up the prefix cache"
             ),
             "hit_ratio": family(Gauge, "mlxcel_prefix_cache_hit_ratio", "Hits per lookup"),
+            "ram_loads": family(
+                Counter,
+                "mlxcel_prompt_cache_ram_loads",
+                "Requests whose prefix was loaded back from the host-memory prompt cache",
+            ),
+            "ram_bytes": family(
+                Gauge, "mlxcel_prompt_cache_ram_bytes", "Bytes of KV state in the prompt cache"
+            ),
             "ttft": histogram(
                 "mlxcel_time_to_first_token_seconds", "Time from arrival to the first token"
             ),
@@ -58,6 +66,10 @@ class ModelMetrics:
         self._prompt, self._cached = f["prompt"].labels(model), f["cached"].labels(model)
         self._hits, self._queries = f["hits"].labels(model), f["queries"].labels(model)
         self._hit_ratio = f["hit_ratio"].labels(model)
+        self._ram_loads, self._ram_bytes = (
+            f["ram_loads"].labels(model),
+            f["ram_bytes"].labels(model),
+        )
         self._generated = f["generated"].labels(model)
         self._ttft, self._itl = f["ttft"].labels(model), f["itl"].labels(model)
         self._lookups = 0
@@ -73,6 +85,14 @@ class ModelMetrics:
         if cached_tokens:
             self._hits.inc()
         self._hit_ratio.set(self._cache_hits / self._lookups)
+
+    def cache_loaded(self) -> None:
+        """A request's prefix came back from the host-memory prompt cache."""
+        self._ram_loads.inc()
+
+    def cache_size(self, total_bytes: int) -> None:
+        """What the host-memory prompt cache holds now."""
+        self._ram_bytes.set(total_bytes)
 
     def token(self, first: bool, seconds: float) -> None:
         """A token was generated `seconds` after arrival (first) or after the previous one."""

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from mlxcel.config import ServerConfig
 from mlxcel.engine.metrics import EngineMetrics
+from mlxcel.engine.prompt_cache import PromptCache
 from mlxcel.engine.sampling import SamplingDefaults, model_defaults
 from mlxcel.engine.scheduler import Scheduler, SchedulerLimits
 from mlxcel.engine.types import ChatTemplate, TextGenerator
@@ -122,6 +123,7 @@ def load_text_model(config: ServerConfig, metrics: EngineMetrics | None = None) 
         limits=limits,
         name=config.served_name,
         metrics=engine_metrics.bind(config.served_name),
+        prompt_cache=_prompt_cache(config),
     )
     scheduler.start()
     logger.info(
@@ -138,6 +140,14 @@ def load_text_model(config: ServerConfig, metrics: EngineMetrics | None = None) 
     return LoadedModel(
         config.served_name, config.model, label, generator, scheduler, defaults, template
     )
+
+
+def _prompt_cache(config: ServerConfig) -> PromptCache | None:
+    """The host-memory prompt cache --cache-ram asks for (MiB; -1 no limit, 0 none)."""
+    if config.cache_ram_mib == 0:
+        return None
+    limit = -1 if config.cache_ram_mib < 0 else config.cache_ram_mib * 1024 * 1024
+    return PromptCache(limit)
 
 
 def _chat_template(config: ServerConfig, generator: TextGenerator) -> ChatTemplate | None:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from mlxcel.engine.metrics import ModelMetrics
+from mlxcel.engine.prompt_cache import PromptCache
 from mlxcel.engine.slots import SlotPool, SlotState
 from mlxcel.engine.text import IncrementalText, StopMatcher
 from mlxcel.engine.types import (
@@ -18,12 +19,16 @@ from mlxcel.engine.types import (
     Feed,
     Sample,
     SamplingParams,
+    SavesState,
     TextGenerator,
     TokenEvent,
     TokenLogprob,
 )
 
 logger = logging.getLogger(__name__)
+
+# A slot's state is saved to the prompt cache only when this many of its tokens would be lost.
+MIN_SAVED_TOKENS = 16
 
 
 class RequestHandle:
@@ -113,8 +118,11 @@ class Scheduler:
         limits: SchedulerLimits,
         name: str,
         metrics: ModelMetrics,
+        prompt_cache: PromptCache | None = None,
     ) -> None:
         self._generator = generator
+        # Saved slot states, when the generator can save them.
+        self._cache = prompt_cache if isinstance(generator, SavesState) else None
         self._limits = limits
         self._metrics = metrics
         self._waiting: deque[_Job] = deque()
@@ -189,8 +197,10 @@ class Scheduler:
 
     def _admit(self) -> None:
         while (job := self._next_job()) is not None:
+            slot, cached = self._pool.choose(job.prompt)
+            cached = self._swap_cached(slot, cached, job.prompt)
             with self._wakeup:
-                slot, cached = self._pool.acquire(job.prompt, job.handle.request_id)
+                self._pool.claim(slot, job.handle.request_id, cached)
             error = self._open(job, slot, cached)
             if error is not None:
                 with self._wakeup:
@@ -200,6 +210,30 @@ class Scheduler:
             self._on_admitted(job, cached)
             self._running.append(_Running(job, slot, fed=cached, cached=cached))
         self._update_gauges()
+
+    def _swap_cached(self, slot: int, shared: int, prompt: list[int]) -> int:
+        """Save what the slot would lose to the prompt cache, and load a saved state that
+        shares more of `prompt` than the slot does; the prompt tokens the slot now holds."""
+        generator, cache = self._generator, self._cache
+        if cache is None or not isinstance(generator, SavesState):
+            return shared
+        held = self._pool.slots[slot].tokens
+        if len(held) - shared >= MIN_SAVED_TOKENS:
+            cache.put(held, generator.save_state(slot))
+        entry, longest = cache.best(prompt)
+        longest = min(longest, len(prompt) - 1)
+        if entry is not None and longest > shared:
+            cache.take(entry)
+        self._metrics.cache_size(cache.total_bytes)
+        if entry is None or longest <= shared:
+            return shared
+        if not generator.load_state(slot, entry.data):
+            logger.warning("a saved prompt state did not fit its slot; evaluating the prompt")
+            self._pool.slots[slot].tokens = []
+            return 0
+        self._pool.slots[slot].tokens = list(entry.tokens)
+        self._metrics.cache_loaded()
+        return longest
 
     def _open(self, job: _Job, slot: int, cached: int) -> EngineError | None:
         """Set the slot up for the job; what went wrong, if anything."""

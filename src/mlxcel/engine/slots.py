@@ -46,8 +46,8 @@ class SlotPool:
         """Whether a request could start now."""
         return self.free_count > 0
 
-    def acquire(self, prompt: list[int], request_id: str) -> tuple[int, int]:
-        """A free slot for `prompt` and how many of its tokens already sit in that slot's KV.
+    def choose(self, prompt: list[int]) -> tuple[int, int]:
+        """The free slot for `prompt` and how many of its tokens already sit in its KV state.
 
         At least one prompt token is always left to evaluate, since sampling needs its logits.
         """
@@ -63,11 +63,14 @@ class SlotPool:
                 best, best_shared = index, shared
         if best < 0:
             raise RuntimeError("no free slot")
-        slot = self.slots[best]
+        return best, best_shared
+
+    def claim(self, index: int, request_id: str, kept: int) -> None:
+        """Give the slot to a request that keeps the first `kept` tokens of its state."""
+        slot = self.slots[index]
         slot.busy = True
         slot.request_id = request_id
-        slot.tokens = slot.tokens[:best_shared]
-        return best, best_shared
+        slot.tokens = slot.tokens[:kept]
 
     def fed(self, index: int, tokens: Sequence[int]) -> None:
         """Record tokens evaluated into a slot's KV state."""

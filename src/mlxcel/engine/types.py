@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 DRY_BREAKERS = ("\n", ":", '"', "*")
 
@@ -177,3 +177,16 @@ class TokenEvent:
     stop_reason: str | None = None
     stop_word: str | None = None
     cached_tokens: int = 0
+
+
+@runtime_checkable
+class SavesState(Protocol):
+    """A generator that can copy a slot's KV state out to host memory and back."""
+
+    def save_state(self, slot: int) -> bytes:
+        """The slot's KV state as bytes."""
+        ...
+
+    def load_state(self, slot: int, data: bytes) -> bool:
+        """Put saved state into a slot (replacing what it held); False if it did not fit."""
+        ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -170,6 +171,17 @@ class LlamaCppGenerator:
             banned = self._eog + params.stop_token_ids
         chain = build_chain(self._vocab, self._n_vocab, self.n_ctx_seq, params, banned)
         self._slots[slot] = _Slot(params, chain, banned, [])
+
+    def save_state(self, slot: int) -> bytes:
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, slot)
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self._ctx, buffer, size, slot)
+        return ctypes.string_at(buffer, written)
+
+    def load_state(self, slot: int, data: bytes) -> bool:
+        llama_cpp.llama_memory_seq_rm(self._memory, slot, -1, -1)
+        buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        return llama_cpp.llama_state_seq_set_data(self._ctx, buffer, len(data), slot) == len(data)
 
     def close_slot(self, slot: int) -> None:
         state = self._slots.pop(slot, None)
