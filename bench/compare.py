@@ -243,11 +243,18 @@ def report(
             f"{levels[8]['ttft_median_ms']:.0f} ms"
             + (f"; {early} requests stopped before max_tokens" if early else "")
         )
-    # The raw engine numbers are decode only, so compare them with decode rates (1 / TPOT);
-    # served throughput (output tokens / wall time) also pays for prefill and queueing.
-    single = 1000 / ours[1]["tpot_median_ms"]
-    eight = 8 * 1000 / ours[8]["tpot_median_ms"]
-    print(f"mlxcel decode: {single:.1f} tok/s at 1 stream, {eight:.1f} tok/s aggregate at 8")
+    # The raw engine numbers are decode only: a steady batch of sequences, every step one token
+    # each. The served equivalent is the gap between tokens while the streams decode, which the
+    # median inter-token latency isolates; TPOT also carries the steps in which another
+    # request's prompt is evaluated (with 8 clients one arrives every few tokens), so it is shown
+    # beside it. Served throughput (output tokens / wall time) pays for prefill and queueing too.
+    single = 1000 / ours[1]["itl_median_ms"]
+    eight = 8 * 1000 / ours[8]["itl_median_ms"]
+    print(
+        f"mlxcel decode: {single:.1f} tok/s at 1 stream, {eight:.1f} tok/s aggregate at 8 "
+        f"(by TPOT, prompts of arriving requests included: {1000 / ours[1]['tpot_median_ms']:.1f}"
+        f" and {8 * 1000 / ours[8]['tpot_median_ms']:.1f})"
+    )
     print("ratios (target in brackets):")
     print(f"  single-stream decode vs raw engine:   {single / raw1:.2f}x [>= 0.97]")
     print(f"  8 streams vs raw engine at 8:         {eight / raw8:.2f}x [>= 0.9]")
