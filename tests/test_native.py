@@ -100,7 +100,7 @@ def test_props_describe_the_server(http: httpx.Client) -> None:
     assert params["n_predict"] == -1
     for name in ("temperature", "top_p", "top_k", "min_p", "repeat_penalty", "repeat_last_n"):
         assert isinstance(params[name], (int, float)), name
-    assert props["total_slots"] == 1
+    assert props["total_slots"] == 1 and props["batched_decode"] is True
     assert props["model_path"].endswith(".gguf")
     assert "messages" in props["chat_template"]
     assert props["modalities"] == {"vision": False, "audio": False}

@@ -93,6 +93,11 @@ class TextGenerator(Protocol):
         ...
 
     @property
+    def batched(self) -> bool:
+        """Whether decoding sequences share one forward pass (else they step one at a time)."""
+        ...
+
+    @property
     def max_feed_tokens(self) -> int:
         """Most tokens one step may evaluate, all sequences together."""
         ...

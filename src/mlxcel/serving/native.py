@@ -116,6 +116,7 @@ def props(model: LoadedModel, n_predict: int) -> dict[str, Any]:
     return {
         "default_generation_settings": {"n_ctx": n_ctx, "params": params},
         "total_slots": generator.n_slots,
+        "batched_decode": generator.batched,
         "model_alias": model.name,
         "model_path": str(model.path),
         "modalities": {"vision": False, "audio": False},

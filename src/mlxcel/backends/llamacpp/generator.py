@@ -183,6 +183,10 @@ class LlamaCppGenerator:
         buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         return llama_cpp.llama_state_seq_set_data(self._ctx, buffer, len(data), slot) == len(data)
 
+    @property
+    def batched(self) -> bool:
+        return True  # one llama_decode over every sequence's tokens
+
     def close_slot(self, slot: int) -> None:
         state = self._slots.pop(slot, None)
         if state is not None:

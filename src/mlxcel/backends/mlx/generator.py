@@ -1,10 +1,10 @@
-"""An MLX or Hugging Face safetensors model on mlx-lm, one KV cache per slot."""
+"""An MLX or Hugging Face safetensors model on mlx-lm: one KV cache per slot, decoded together."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,9 +14,10 @@ import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import load_model, load_tokenizer
 
+from mlxcel.backends.mlx.batch import BatchedRows, DecodeRows, SingleRows, unbatchable
 from mlxcel.backends.mlx.constraints import Constraint, constraint
 from mlxcel.backends.mlx.dry import Dry
-from mlxcel.backends.mlx.sampling import SlotSampler
+from mlxcel.backends.mlx.sampling import SlotSampler, sample_rows
 from mlxcel.backends.mlx.vocab import Vocabulary
 from mlxcel.engine.types import ChatTemplate, Feed, Sample, SamplingParams
 
@@ -48,9 +49,12 @@ class MlxOptions:
 
 @dataclass
 class _Slot:
-    """One sequence's KV cache, the tokens it holds, and the sampler of its current request."""
+    """One sequence's KV cache, the tokens it holds, and the sampler of its current request.
 
-    cache: list[Any]
+    `cache` is None while the cache is a row of the decode batch.
+    """
+
+    cache: list[Any] | None
     tokens: list[int] = field(default_factory=list)
     sampler: SlotSampler | None = None
 
@@ -76,8 +80,22 @@ def _config_value(config: Mapping[str, Any], key: str) -> Any:
     return config.get(key) or config.get("text_config", {}).get(key)
 
 
+def _trimmable(cache: list[Any]) -> bool:
+    """Whether cutting tokens off the end leaves the cache as if they had never been seen."""
+    # mlx-lm's ChunkedKVCache calls itself trimmable even after it dropped its front.
+    return can_trim_prompt_cache(cache) and not any(
+        getattr(layer, "start_position", 0) for layer in cache
+    )
+
+
 class MlxGenerator:
-    """TextGenerator over mlx-lm; MLX steps sequences one at a time, one forward per feed.
+    """TextGenerator over mlx-lm: a step's sampled tokens go through the model in one pass.
+
+    Prompt chunks are evaluated one sequence at a time into the slot's own cache; every
+    sequence that samples in a step then feeds its last token into one batched forward pass
+    (B x 1 tokens over the slots' caches merged into one batch cache), which keeps them as
+    rows until they stop decoding. A model whose cache mlx-lm cannot batch (Llama 4's chunked
+    attention) runs those rows one at a time instead; `batched` says which.
 
     Every MLX call runs on one worker thread the generator owns: MLX streams belong to the
     thread that made them, and that thread must clear them before it ends, or the process
@@ -107,6 +125,12 @@ class MlxGenerator:
             raise ValueError(f"{path} does not say its context length: pass -c/--ctx-size")
         self._n_ctx_seq = int(n_ctx) // options.parallel
         self._chat_template = self._vocab.chat_template()
+        blocking = unbatchable(self._call(make_prompt_cache, self._model))
+        self._rows: DecodeRows = SingleRows() if blocking else BatchedRows()
+        if blocking:
+            logger.warning(
+                "%s cannot be batched: sequences decode one at a time", ", ".join(blocking)
+            )
         self._generation_config = _read_generation_config(path)
         if self._call(mx.default_device).type == mx.DeviceType.cpu:
             logger.warning(
@@ -132,6 +156,11 @@ class MlxGenerator:
     @property
     def max_feed_tokens(self) -> int:
         return self._max_feed
+
+    @property
+    def batched(self) -> bool:
+        """Whether decoding sequences share one forward pass (else they run one at a time)."""
+        return self._rows.batched
 
     @property
     def chat_template(self) -> ChatTemplate | None:
@@ -203,17 +232,27 @@ class MlxGenerator:
         """The slot's KV state cut back to its first `reuse` tokens."""
         state = self._slots.get(slot)
         if state is None or reuse == 0:
+            self._forget(slot)
             return _Slot(make_prompt_cache(self._model))
+        cache = self._own_cache(slot)
         extra = len(state.tokens) - reuse
-        if extra > 0 and can_trim_prompt_cache(state.cache):
-            trim_prompt_cache(state.cache, extra)
+        if extra > 0 and _trimmable(cache):
+            trim_prompt_cache(cache, extra)
         elif extra > 0:
-            # Recurrent and sliding-window caches cannot drop tokens: evaluate the prefix again.
+            # Recurrent, sliding-window and chunked caches cannot drop tokens once they dropped
+            # their front: evaluate the prefix again.
             prefix = state.tokens[:reuse]
-            state = _Slot(make_prompt_cache(self._model))
-            self._fill(state, prefix)
+            cache = make_prompt_cache(self._model)
+            self._fill(cache, prefix)
+            state = _Slot(cache, prefix)
         del state.tokens[reuse:]
         return state
+
+    def _forget(self, slot: int) -> None:
+        """Drop the slot's KV state; a row of it in the decode batch is never copied out."""
+        if slot in self._rows.slots:
+            self._rows.leave([slot])
+        self._slots.pop(slot, None)
 
     def close_slot(self, slot: int) -> None:
         self._call(self._drop_sampler, slot)
@@ -228,35 +267,64 @@ class MlxGenerator:
         return self._call(self._step, feeds)
 
     def _step(self, feeds: Sequence[Feed]) -> list[Sample | None]:
-        return [self._feed(feed) for feed in feeds]
+        # A slot stays a row of the decode batch while it samples one token a step.
+        staying = {f.slot for f in feeds if f.sample and len(f.tokens) == 1}
+        self._take_back([slot for slot in self._rows.slots if slot not in staying])
+        for feed in feeds:
+            # The output projection over the whole vocabulary is paid for sampled tokens only.
+            tokens = list(feed.tokens[:-1] if feed.sample else feed.tokens)
+            if tokens:
+                self._fill(self._own_cache(feed.slot), tokens)
+                self._slots[feed.slot].tokens += tokens
+        last = {f.slot: f.tokens[-1] for f in feeds if f.sample}
+        if not last:
+            return [None] * len(feeds)
+        samplers = {slot: self._sampler(slot) for slot in last}
+        joining = [slot for slot in last if slot not in self._rows.slots]
+        self._rows.join({slot: self._own_cache(slot) for slot in joining})
+        for slot in joining:
+            self._slots[slot].cache = None
+        rows = self._rows.slots
+        logits = self._rows.forward(self._model, [last[slot] for slot in rows])
+        samples = sample_rows([samplers[slot] for slot in rows], logits)
+        by_slot = dict(zip(rows, samples, strict=True))
+        for slot, token in last.items():
+            self._slots[slot].tokens.append(token)
+        return [by_slot[f.slot] if f.sample else None for f in feeds]
 
-    def _fill(self, state: _Slot, tokens: list[int]) -> None:
+    def _sampler(self, slot: int) -> SlotSampler:
+        sampler = self._slots[slot].sampler
+        if sampler is None:
+            raise RuntimeError(f"slot {slot} was fed without being opened")
+        return sampler
+
+    def _own_cache(self, slot: int) -> list[Any]:
+        """The slot's KV cache on its own, taken out of the decode batch if it is a row."""
+        state = self._slots[slot]
+        if state.cache is None:
+            state.cache = self._take_back([slot])[slot]
+        return state.cache
+
+    def _take_back(self, slots: Collection[int]) -> dict[int, list[Any]]:
+        """Move these slots' rows out of the decode batch into caches of their own."""
+        caches = self._rows.leave(slots)
+        # Evaluated now, so a slot kept for prefix reuse does not hold on to the whole batch.
+        mx.eval([[layer.state for layer in cache] for cache in caches.values()])
+        for slot, cache in caches.items():
+            self._slots[slot].cache = cache
+        return caches
+
+    def _fill(self, cache: list[Any], tokens: list[int]) -> None:
         """Evaluate `tokens` into the KV cache only; MLX's lazy graph skips their logits."""
-        if tokens:
-            self._model(mx.array(tokens)[None], cache=state.cache)
-            mx.eval([c.state for c in state.cache])
-            state.tokens += tokens
-
-    def _feed(self, feed: Feed) -> Sample | None:
-        state = self._slots[feed.slot]
-        tokens = list(feed.tokens)
-        if not feed.sample:
-            self._fill(state, tokens)
-            return None
-        # The output projection over the whole vocabulary is paid for the last token only.
-        self._fill(state, tokens[:-1])
-        logits = self._model(mx.array(tokens[-1:])[None], cache=state.cache)
-        state.tokens += tokens[-1:]
-        if state.sampler is None:
-            raise RuntimeError(f"slot {feed.slot} was fed without being opened")
-        return state.sampler.sample(logits[0, -1])
+        self._model(mx.array(tokens)[None], cache=cache)
+        mx.eval([layer.state for layer in cache])
 
     def warm_up(self) -> None:
         """Run one token through the model so the first request does not pay for compiling."""
         self.open_slot(0, SamplingParams(max_tokens=1, temperature=0, top_p=1, top_k=0, min_p=0))
         self.step([Feed(0, self.tokenize("a", add_special=True, parse_special=False), True)])
         # Forget slot 0's KV state: the engine believes every slot starts out empty.
-        self._call(self._slots.pop, 0, None)
+        self._call(self._forget, 0)
 
     def close(self) -> None:
         self._call(self._release)
@@ -264,5 +332,6 @@ class MlxGenerator:
 
     def _release(self) -> None:
         self._slots.clear()
+        self._rows.leave(self._rows.slots)
         del self._model
         mx.clear_streams()

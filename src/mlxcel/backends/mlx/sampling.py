@@ -152,24 +152,33 @@ class SlotSampler:
             )
         return mx.random.categorical(logprobs * (1 / params.temperature), key=draw_key)
 
-    def sample(self, logits: mx.array) -> Sample:
-        """Pick the next token from one position's raw logits (shape [vocab])."""
+    def choose(self, logits: mx.array) -> tuple[mx.array, mx.array | None]:
+        """Lazily, the next token after raw logits ([vocab]) and, if asked for, their logprobs."""
         raw = logits.astype(mx.float32)[None]
         # The model's own log-probabilities, before any sampler reshapes them.
-        logprobs = _log_softmax(raw)[0]
+        logprobs = _log_softmax(raw)[0] if self._params.logprobs is not None else None
         if self._constraint is not None and self._constraint.finished and self._end is not None:
             # The grammar is complete: end here, whatever min_tokens or ignore_eos would ban.
-            choice = mx.array(self._end)
-        else:
-            choice = self._choose(self._process(self._constrain(raw)))
-        top_n = self._params.logprobs
-        if top_n is not None:
-            mx.eval(choice, logprobs)
-        token = cast(int, choice.item())
+            return mx.array(self._end), logprobs
+        return self._choose(self._process(self._constrain(raw))), logprobs
+
+    def accept(self, token: int, logprobs: mx.array | None) -> Sample:
+        """Take `token` as chosen; `logprobs` are what `choose` gave with it, evaluated."""
         self.generated.append(token)
         if self._constraint is not None:
             self._constraint.advance(token)
-        if top_n is None:
+        top_n = self._params.logprobs
+        if top_n is None or logprobs is None:
             return Sample(token)
         top = _top_logprobs(logprobs, min(top_n, self._n_vocab)) if top_n > 0 else ()
         return Sample(token, cast(float, logprobs[token].item()), top)
+
+
+def sample_rows(samplers: Sequence[SlotSampler], logits: mx.array) -> list[Sample]:
+    """A token for each row of `logits` ([rows, vocab]) by that row's sampler, in one evaluation."""
+    chosen = [sampler.choose(logits[row]) for row, sampler in enumerate(samplers)]
+    mx.eval(chosen)
+    return [
+        sampler.accept(cast(int, choice.item()), logprobs)
+        for sampler, (choice, logprobs) in zip(samplers, chosen, strict=True)
+    ]
