@@ -120,3 +120,11 @@ def test_gemma_thought_channel(gemma: ServerProcess, stream: bool) -> None:
     reasoning, content, _ = _chat(gemma, stream, extra_body={"grammar": GEMMA})
     assert _words(reasoning) and _words(content)
     assert "channel" not in reasoning + content
+
+
+def test_auto_parsers_are_read_from_the_template_and_logged(
+    harmony: ServerProcess, gemma: ServerProcess
+) -> None:
+    assert "tool-call parser: harmony (auto" in harmony.log()
+    assert "reasoning parser: harmony (auto" in harmony.log()
+    assert "reasoning parser: gemma (auto" in gemma.log()

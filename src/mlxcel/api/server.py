@@ -17,6 +17,7 @@ from mlxcel.config import ServerConfig
 from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.engine.registry import ModelRegistry, load_text_model
 from mlxcel.parsers.tools import detect_parser
+from mlxcel.serving.reasoning import reasoning_parser_name
 
 logger = logging.getLogger(__name__)
 
@@ -39,10 +40,14 @@ def _load(app: FastAPI, config: ServerConfig, server: uvicorn.Server) -> None:
     try:
         registry = ModelRegistry()
         model = load_text_model(config, EngineMetrics(app.state.metrics_registry))
+        source = model.chat_template.source if model.chat_template else ""
         if config.tool_call_parser == "auto":
-            template = model.chat_template
-            parser = detect_parser(template.source if template else None)
+            parser = detect_parser(source or None)
             logger.info("tool-call parser: %s (auto, from the chat template)", parser)
+        if config.reasoning_parser == "auto":
+            # deepseek_r1 or qwen3 for <think> tags: decided per prompt, by who opens the tag.
+            reasoning = reasoning_parser_name("auto", "", source) or "none"
+            logger.info("reasoning parser: %s (auto, from the chat template)", reasoning)
         registry.add(model)
         app.state.registry = registry
     except Exception as exc:
