@@ -122,7 +122,8 @@ class Scheduler:
     ) -> None:
         self._generator = generator
         # Saved slot states, when the generator can save them.
-        self._cache = prompt_cache if isinstance(generator, SavesState) else None
+        saves = isinstance(generator, SavesState) and generator.can_save_state
+        self._cache = prompt_cache if saves else None
         self._limits = limits
         self._metrics = metrics
         self._waiting: deque[_Job] = deque()

@@ -188,6 +188,11 @@ class TokenEvent:
 class SavesState(Protocol):
     """A generator that can copy a slot's KV state out to host memory and back."""
 
+    @property
+    def can_save_state(self) -> bool:
+        """Whether this model's KV state can be saved (fixed when it loads)."""
+        ...
+
     def save_state(self, slot: int) -> bytes:
         """The slot's KV state as bytes."""
         ...

@@ -172,6 +172,10 @@ class LlamaCppGenerator:
         chain = build_chain(self._vocab, self._n_vocab, self.n_ctx_seq, params, banned)
         self._slots[slot] = _Slot(params, chain, banned, [])
 
+    @property
+    def can_save_state(self) -> bool:
+        return True
+
     def save_state(self, slot: int) -> bytes:
         size = llama_cpp.llama_state_seq_get_size(self._ctx, slot)
         buffer = (ctypes.c_uint8 * size)()

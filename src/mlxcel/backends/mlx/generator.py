@@ -17,6 +17,7 @@ from mlx_lm.utils import load_model, load_tokenizer
 from mlxcel.backends.mlx.batch import BatchedRows, DecodeRows, SingleRows, unbatchable
 from mlxcel.backends.mlx.constraints import Constraint, constraint
 from mlxcel.backends.mlx.dry import Dry
+from mlxcel.backends.mlx.kv_state import from_bytes, to_bytes, unsaveable
 from mlxcel.backends.mlx.sampling import SlotSampler, sample_rows
 from mlxcel.backends.mlx.vocab import Vocabulary
 from mlxcel.engine.types import ChatTemplate, Feed, Sample, SamplingParams
@@ -125,11 +126,19 @@ class MlxGenerator:
             raise ValueError(f"{path} does not say its context length: pass -c/--ctx-size")
         self._n_ctx_seq = int(n_ctx) // options.parallel
         self._chat_template = self._vocab.chat_template()
-        blocking = unbatchable(self._call(make_prompt_cache, self._model))
+        fresh = self._call(make_prompt_cache, self._model)
+        blocking = unbatchable(fresh)
         self._rows: DecodeRows = SingleRows() if blocking else BatchedRows()
         if blocking:
             logger.warning(
                 "%s cannot be batched: sequences decode one at a time", ", ".join(blocking)
+            )
+        unsaved = unsaveable(fresh)
+        self._can_save_state = not unsaved
+        if unsaved:
+            logger.warning(
+                "%s cannot be saved: no host-memory prompt cache (--cache-ram)",
+                ", ".join(unsaved),
             )
         self._generation_config = _read_generation_config(path)
         if self._call(mx.default_device).type == mx.DeviceType.cpu:
@@ -253,6 +262,28 @@ class MlxGenerator:
         if slot in self._rows.slots:
             self._rows.leave([slot])
         self._slots.pop(slot, None)
+
+    @property
+    def can_save_state(self) -> bool:
+        """Whether `save_state` works: every kind of KV cache the model uses can be saved."""
+        return self._can_save_state
+
+    def save_state(self, slot: int) -> bytes:
+        """The slot's KV state and the tokens it holds, as bytes."""
+        return self._call(self._save_state, slot)
+
+    def _save_state(self, slot: int) -> bytes:
+        return to_bytes(self._own_cache(slot), self._slots[slot].tokens)
+
+    def load_state(self, slot: int, data: bytes) -> bool:
+        """Replace the slot's KV state with saved bytes; MLX caches grow, so it always fits."""
+        self._call(self._load_state, slot, data)
+        return True
+
+    def _load_state(self, slot: int, data: bytes) -> None:
+        cache, tokens = from_bytes(data)
+        self._forget(slot)
+        self._slots[slot] = _Slot(cache, tokens)
 
     def close_slot(self, slot: int) -> None:
         self._call(self._drop_sampler, slot)

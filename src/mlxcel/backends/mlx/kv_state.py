@@ -1,0 +1,107 @@
+"""A slot's KV cache and the tokens it holds as bytes (the host-memory prompt cache), and back.
+
+The bytes are a safetensors file: the layers' arrays in their own dtype (bf16 included), and
+in its metadata each layer's cache kind with its state, an array standing there as its key.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from typing import Any, cast
+
+import mlx.core as mx
+from mlx_lm.models.cache import (
+    ArraysCache,
+    CacheList,
+    ChunkedKVCache,
+    KVCache,
+    RotatingKVCache,
+)
+
+# The cache kinds the models build whose `state` holds only arrays, numbers, strings and None,
+# and whose `from_state` rebuilds them from it.
+_KINDS: dict[str, type[Any]] = {
+    kind.__name__: kind
+    for kind in (KVCache, RotatingKVCache, ChunkedKVCache, ArraysCache, CacheList)
+}
+_TOKENS = "tokens"
+_LAYERS = "layers"
+
+
+def _layers(cache: list[Any]) -> Iterator[Any]:
+    for layer in cache:
+        yield layer
+        if isinstance(layer, CacheList):
+            yield from _layers(list(layer.caches))
+
+
+def unsaveable(cache: list[Any]) -> list[str]:
+    """The cache kinds among a model's layers whose state cannot be saved."""
+    return sorted(
+        {type(layer).__name__ for layer in _layers(cache) if type(layer) not in _KINDS.values()}
+    )
+
+
+def _rows_used(layer: Any) -> int | None:
+    """How many rows of the layer's key buffer hold tokens; None when all of them do."""
+    if not isinstance(layer, KVCache | ChunkedKVCache | RotatingKVCache) or layer.keys is None:
+        return None
+    used = layer.offset - getattr(layer, "start_position", 0)
+    return used if used < layer.keys.shape[2] else None
+
+
+def _state(layer: Any) -> Any:
+    """The layer's state, without the room its key and value buffers keep for later tokens."""
+    if isinstance(layer, CacheList):
+        return [(_state(sub), type(sub).__name__) for sub in layer.caches]
+    used = _rows_used(layer)
+    if used is None:
+        return layer.state
+    # Grown in steps of 256 rows, or trimmed: what lies past the tokens is never read.
+    return (layer.keys[..., :used, :], layer.values[..., :used, :], *layer.state[2:])
+
+
+def _encode(value: Any, arrays: dict[str, mx.array]) -> Any:
+    if isinstance(value, mx.array):
+        key = str(len(arrays))
+        arrays[key] = value
+        return {"array": key}
+    if isinstance(value, list | tuple):
+        return [_encode(item, arrays) for item in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"a KV cache state cannot hold {type(value).__name__}")
+
+
+def _decode(value: Any, arrays: dict[str, mx.array]) -> Any:
+    if isinstance(value, dict):
+        return arrays[value["array"]]
+    if isinstance(value, list):
+        return [_decode(item, arrays) for item in value]
+    return value
+
+
+def to_bytes(cache: list[Any], tokens: list[int]) -> bytes:
+    """The cache's state and the tokens it holds; raises TypeError for a kind not saveable."""
+    if missing := unsaveable(cache):
+        raise TypeError(f"cannot save the state of {', '.join(missing)}")
+    arrays: dict[str, mx.array] = {_TOKENS: mx.array(tokens, dtype=mx.int32)}
+    layers = [(type(layer).__name__, _encode(_state(layer), arrays)) for layer in cache]
+    buffer = io.BytesIO()
+    mx.save_safetensors(buffer, arrays, {_LAYERS: json.dumps(layers)})
+    return buffer.getvalue()
+
+
+def from_bytes(data: bytes) -> tuple[list[Any], list[int]]:
+    """The cache and its tokens back from `to_bytes`, evaluated."""
+    loaded = mx.load(io.BytesIO(data), format="safetensors", return_metadata=True)
+    arrays, metadata = cast(tuple[dict[str, mx.array], dict[str, str]], loaded)
+    mx.eval(list(arrays.values()))
+    cache = [
+        _KINDS[kind].from_state(_decode(state, arrays))
+        for kind, state in json.loads(metadata[_LAYERS])
+    ]
+    tokens = cast(list[int], arrays.pop(_TOKENS).tolist())
+    return cache, tokens
