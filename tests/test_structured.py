@@ -71,6 +71,36 @@ def test_chat_output_validates_against_the_schema(
     jsonschema.validate(json.loads(response.choices[0].message.content or ""), schema)
 
 
+# Keywords a GBNF conversion tends to drop (llama-cpp-python's ignores all of these): numeric
+# bounds, string lengths with patterns, exclusive minimums and item counts.
+BOUNDED: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "days": {"type": "integer", "minimum": 1, "maximum": 7},
+        "temp": {"type": "number", "exclusiveMinimum": -50, "maximum": 60},
+        "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+        "nick": {"type": "string", "minLength": 2, "maxLength": 5},
+        "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "maxItems": 3},
+    },
+    "required": ["days", "temp", "code", "nick", "tags"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_bounds_and_lengths_hold_at_high_temperature(client: openai.OpenAI, seed: int) -> None:
+    response = client.chat.completions.create(
+        model="default",
+        messages=CAT,
+        max_tokens=200,
+        temperature=1.5,
+        seed=seed,
+        response_format=_format(BOUNDED),  # type: ignore[arg-type]
+    )
+    assert response.choices[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(response.choices[0].message.content or ""), BOUNDED)
+
+
 def test_streamed_output_validates_too(client: openai.OpenAI) -> None:
     chunks = client.chat.completions.create(
         model="default",
@@ -151,6 +181,8 @@ def test_llama_server_json_schema_and_grammar_fields(server: ServerProcess) -> N
         ({"response_format": {"type": "xml"}}, "response_format.type"),
         ({"json_schema": {"type": "object"}, "grammar": 'root ::= "a"'}, "grammar"),
         ({"grammar": "this is not gbnf"}, None),
+        # A keyword the grammar engine cannot enforce is refused, never silently dropped.
+        ({"json_schema": {"type": "array", "uniqueItems": True}}, None),
     ],
 )
 def test_bad_constraints_are_400(

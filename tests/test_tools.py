@@ -177,6 +177,44 @@ def test_tool_choice_none_and_auto_answer_in_text(client: openai.OpenAI) -> None
         assert response.choices[0].finish_reason in ("stop", "length", "tool_calls")
 
 
+def _tool(name: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    parameters = {"type": "object", "properties": properties, "required": required}
+    return {"type": "function", "function": {"name": name, "parameters": parameters}}
+
+
+# Bounds and lengths a GBNF conversion drops: the forced call must still keep them.
+BOOKING = _tool(
+    "book",
+    {
+        "nights": {"type": "integer", "minimum": 1, "maximum": 14},
+        "guests": {"type": "integer", "exclusiveMinimum": 0, "maximum": 4},
+        "code": {"type": "string", "pattern": "^[A-Z]{2}[0-9]{2}$"},
+        "note": {"type": "string", "minLength": 3, "maxLength": 8},
+    },
+    ["nights", "guests", "code", "note"],
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(4))
+def test_forced_call_arguments_keep_bounds(client: openai.OpenAI, seed: int) -> None:
+    response = client.chat.completions.create(
+        model="default",
+        messages=[{"role": "user", "content": "Book me a room."}],
+        tools=[BOOKING],  # type: ignore[list-item]
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=200,
+        temperature=1.5,
+        seed=seed,
+    )
+    calls = response.choices[0].message.tool_calls or []
+    assert len(calls) >= 1 and response.choices[0].finish_reason == "tool_calls"
+    for call in calls:
+        arguments = json.loads(call.function.arguments)  # type: ignore[union-attr]
+        jsonschema.validate(arguments, BOOKING["function"]["parameters"])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("body", "param"),
@@ -190,6 +228,13 @@ def test_tool_choice_none_and_auto_answer_in_text(client: openai.OpenAI) -> None
         (
             {"tools": [WEATHER], "tool_choice": "required", "json_schema": {"type": "object"}},
             "tool_choice",
+        ),
+        (
+            {
+                "tools": [_tool("odd", {"n": {"type": "integer", "minimum": "one"}}, ["n"])],
+                "tool_choice": "required",
+            },
+            "tools",
         ),
     ],
 )

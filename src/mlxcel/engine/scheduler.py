@@ -301,8 +301,10 @@ class Scheduler:
         generator = self._generator
         params = running.job.params
         token = sample.token
+        # A grammar ends generation when it is complete, ignore_eos or not.
+        constrained = params.grammar is not None or params.json_schema is not None
         if token in params.stop_token_ids or (
-            generator.is_end_of_generation(token) and not params.ignore_eos
+            generator.is_end_of_generation(token) and (constrained or not params.ignore_eos)
         ):
             reason = "token" if token in params.stop_token_ids else "eos"
             running.generated += 1

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 DRY_BREAKERS = ("\n", ":", '"', "*")
+
+
+# How SamplingParams.grammar is written: GBNF (llama-server) or llguidance lark.
+GrammarSyntax = Literal["gbnf", "lark"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,9 @@ class SamplingParams:
     json_schema: str | None = None
     """Output must be JSON valid against this schema (JSON text)."""
     grammar: str | None = None
-    """Output must match this GBNF grammar (llama-server's `grammar`)."""
+    """Output must match this grammar (llama-server's `grammar`)."""
+    grammar_syntax: GrammarSyntax = "gbnf"
+    """`gbnf`, or `lark`: llguidance's, whose `%json {...}` rules hold a whole JSON schema."""
     render_special: bool = False
     """Control tokens appear in the text (for parsers whose markers are control tokens)."""
 

@@ -103,7 +103,7 @@ def prepare_chat(
         model, new_id("chatcmpl"), [prompt], request, request.token_limit(), n_predict, "messages"
     )
     first = generations[0].params
-    grammar = first.grammar
+    grammar, syntax = first.grammar, first.grammar_syntax
     if plan is not None and plan.grammar is not None:
         if first.grammar or first.json_schema:
             raise invalid_request(
@@ -111,10 +111,15 @@ def prepare_chat(
                 "grammar",
                 "tool_choice",
             )
-        grammar = plan.grammar
+        grammar, syntax = plan.grammar.text, plan.grammar.syntax
     special = renders_special_tokens(reasoning, plan)
     generations = [
-        replace(g, params=replace(g.params, grammar=grammar, render_special=special))
+        replace(
+            g,
+            params=replace(
+                g.params, grammar=grammar, grammar_syntax=syntax, render_special=special
+            ),
+        )
         for g in generations
     ]
     return ChatJob(generations, plan, reasoning)

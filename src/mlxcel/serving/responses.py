@@ -86,7 +86,7 @@ def prepare_response(
                 "a forced tool call cannot be combined with text.format, json_schema or grammar",
                 "tool_choice",
             )
-        params = replace(params, grammar=plan.grammar)
+        params = replace(params, grammar=plan.grammar.text, grammar_syntax=plan.grammar.syntax)
     special = renders_special_tokens(reasoning, plan)
     generation = replace(generation, params=replace(params, render_special=special))
     return ResponseRun(generation, request, messages, response_id("msg"), plan, reasoning)

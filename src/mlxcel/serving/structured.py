@@ -8,6 +8,7 @@ from typing import Any
 import jsonschema
 
 from mlxcel.api.schemas.common import SamplingFields
+from mlxcel.schema_defaults import closed_objects
 from mlxcel.serving.errors import invalid_request
 
 # json_object mode: any JSON object, as OpenAI's {"type": "json_object"} promises.
@@ -24,7 +25,7 @@ def checked_schema(schema: Any, param: str) -> str:
         raise invalid_request(
             f"invalid JSON schema: {exc.message}", param, "invalid_json_schema"
         ) from exc
-    return json.dumps(schema)
+    return json.dumps(closed_objects(schema))
 
 
 def response_format_schema(response_format: dict[str, Any] | None, param: str) -> str | None:

@@ -6,12 +6,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import llguidance
+
 from mlxcel.engine.types import ChatTemplate
 from mlxcel.parsers.tools import (
     CALL_EXAMPLES,
     CALL_GRAMMARS,
     DEFAULT_PARSER,
     PARSERS,
+    ForcedGrammar,
     Reasoning,
     Text,
     ToolArguments,
@@ -36,7 +39,7 @@ class ToolPlan:
 
     tools: list[dict[str, Any]]
     parser: str
-    grammar: str | None
+    grammar: ForcedGrammar | None
 
 
 def tool_calls_as_text(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -74,12 +77,17 @@ def template_messages(
     return messages
 
 
-def forced_call_grammar(tools: list[dict[str, Any]], parallel: bool, parser: str) -> str:
-    """GBNF for one (or, with `parallel`, several) calls to `tools`, written as `parser` reads."""
+def forced_call_grammar(tools: list[dict[str, Any]], parallel: bool, parser: str) -> ForcedGrammar:
+    """The grammar for one (or, with `parallel`, several) calls to `tools`, as `parser` reads."""
     try:
-        return CALL_GRAMMARS[parser](tools, parallel)
+        grammar = CALL_GRAMMARS[parser](tools, parallel)
     except Exception as exc:  # the converter raises plain errors on schema features it lacks
         raise invalid_request(f"cannot constrain to these tool parameters: {exc}", "tools") from exc
+    if grammar.syntax == "lark":
+        error = llguidance.LLMatcher.validate_grammar(llguidance.grammar_from("lark", grammar.text))
+        if error:
+            raise invalid_request(f"cannot constrain to these tool parameters: {error}", "tools")
+    return grammar
 
 
 def plan_tools(

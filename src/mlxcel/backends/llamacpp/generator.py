@@ -10,7 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import llama_cpp
+import llguidance
+import numpy as np
+from llguidance.llamacpp import lltokenizer_from_vocab
 
+from mlxcel.backends.guidance import Constraint, constraint
 from mlxcel.backends.llamacpp import native
 from mlxcel.backends.llamacpp.sampling import build_chain, sample_with_logprobs
 from mlxcel.engine.types import ChatTemplate, Feed, Sample, SamplingParams
@@ -37,6 +41,8 @@ class _Slot:
     chain: Any
     banned: tuple[int, ...]
     sampled: list[int]
+    guided: Constraint | None = None
+    """llguidance's state for the request's JSON schema or lark grammar, if it has one."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,7 @@ class LlamaCppGenerator:
         self._slots: dict[int, _Slot] = {}
         self._n_past = [0] * options.parallel
         self._pieces: dict[int, bytes] = {}
+        self._tokenizer: llguidance.LLTokenizer | None = None
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         self._eog = tuple(t for t in range(self._n_vocab) if self.is_end_of_generation(t))
         self._chat_template = self._read_chat_template()
@@ -169,8 +176,18 @@ class LlamaCppGenerator:
             banned = self._eog
         elif params.min_tokens > 0:
             banned = self._eog + params.stop_token_ids
+        guided = None
+        if params.json_schema is not None or params.grammar_syntax == "lark":
+            guided = constraint(params, self._guidance_tokenizer(), self._n_vocab)
         chain = build_chain(self._vocab, self._n_vocab, self.n_ctx_seq, params, banned)
-        self._slots[slot] = _Slot(params, chain, banned, [])
+        self._slots[slot] = _Slot(params, chain, banned, [], guided)
+
+    def _guidance_tokenizer(self) -> llguidance.LLTokenizer:
+        """llguidance's view of the vocabulary, built on the first request that needs it."""
+        if self._tokenizer is None:
+            eos = list(self._eog) or None
+            self._tokenizer = lltokenizer_from_vocab(self._vocab, self._n_vocab, eos_token=eos)
+        return self._tokenizer
 
     @property
     def can_save_state(self) -> bool:
@@ -222,7 +239,18 @@ class LlamaCppGenerator:
 
     def _sample(self, slot: int, index: int) -> Sample:
         state = self._slots[slot]
+        if state.guided is not None:
+            if state.guided.finished:
+                # The grammar is complete: end here, whatever min_tokens or ignore_eos would ban.
+                return Sample(self._eog[0])
+            # Every sampler in the chain reads these logits: the disallowed ones go first.
+            logits = np.ctypeslib.as_array(
+                llama_cpp.llama_get_logits_ith(self._ctx, index), shape=(self._n_vocab,)
+            )
+            logits[~state.guided.allowed()] = -np.inf
         token = int(llama_cpp.llama_sampler_sample(state.chain, self._ctx, index))
+        if state.guided is not None:
+            state.guided.advance(token)
         state.sampled.append(token)
         if state.banned and not state.params.ignore_eos:
             self._lift_ban_after_min_tokens(state)

@@ -9,7 +9,6 @@ from typing import Any
 
 import llama_cpp
 import numpy as np
-from llama_cpp.llama_grammar import json_schema_to_gbnf
 
 from mlxcel.engine.types import EngineError, Sample, SamplingParams
 
@@ -57,15 +56,9 @@ def _dry(vocab: Any, params: SamplingParams, n_ctx: int) -> Any:
     )
 
 
-def _grammar(vocab: Any, params: SamplingParams) -> Any:
-    """llama.cpp's grammar sampler for a GBNF grammar or a JSON schema converted to one."""
-    try:
-        text = params.grammar or json_schema_to_gbnf(params.json_schema or "{}")
-    except Exception as exc:  # the converter raises plain errors on schema features it lacks
-        raise EngineError(
-            f"cannot constrain to this JSON schema: {exc}", "invalid_grammar"
-        ) from exc
-    sampler = llama_cpp.llama_sampler_init_grammar(vocab, text.encode(), b"root")
+def _grammar(vocab: Any, grammar: str) -> Any:
+    """llama.cpp's grammar sampler for a GBNF grammar (its special tokens match by their text)."""
+    sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
     if not sampler:
         raise EngineError("the grammar does not parse (GBNF with a 'root' rule)", "invalid_grammar")
     return sampler
@@ -84,8 +77,10 @@ def build_chain(
     def add(sampler: Any) -> None:
         llama_cpp.llama_sampler_chain_add(chain, sampler)
 
-    if params.grammar is not None or params.json_schema is not None:
-        add(_grammar(vocab, params))
+    # JSON schemas and lark grammars are held by llguidance (backends/guidance.py), which masks
+    # the logits before the chain runs.
+    if params.grammar is not None and params.grammar_syntax == "gbnf":
+        add(_grammar(vocab, params.grammar))
     biases = list(params.logit_bias) + [(token, -_BIAS_LIMIT) for token in banned]
     if biases:
         add(_logit_bias(n_vocab, biases))

@@ -14,8 +14,8 @@ import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import load_model, load_tokenizer
 
+from mlxcel.backends.guidance import Constraint, constraint
 from mlxcel.backends.mlx.batch import BatchedRows, DecodeRows, SingleRows, unbatchable
-from mlxcel.backends.mlx.constraints import Constraint, constraint
 from mlxcel.backends.mlx.dry import Dry
 from mlxcel.backends.mlx.kv_state import from_bytes, to_bytes, unsaveable
 from mlxcel.backends.mlx.sampling import SlotSampler, sample_rows

@@ -15,7 +15,7 @@ from mlx_lm.sample_utils import (
     make_logits_processors,
 )
 
-from mlxcel.backends.mlx.constraints import Constraint
+from mlxcel.backends.guidance import Constraint
 from mlxcel.backends.mlx.dry import Dry
 from mlxcel.engine.types import Sample, SamplingParams
 
@@ -116,7 +116,7 @@ class SlotSampler:
             return logits
         # The grammar's mask is worked out on the CPU while the forward pass runs.
         mx.async_eval(logits)
-        return mx.where(self._constraint.allowed(), logits, -mx.inf)
+        return mx.where(mx.array(self._constraint.allowed()), logits, -mx.inf)
 
     def _process(self, logits: mx.array) -> mx.array:
         history = mx.array(self.generated, dtype=mx.int32)

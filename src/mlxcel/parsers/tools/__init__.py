@@ -14,7 +14,13 @@ from mlxcel.parsers.tools.base import (
     ToolCallParser,
     ToolStart,
 )
-from mlxcel.parsers.tools.grammar import CallGrammar, Tools, json_call_grammar
+from mlxcel.parsers.tools.grammar import (
+    CallGrammar,
+    ForcedGrammar,
+    Tools,
+    gbnf,
+    json_call_grammar,
+)
 from mlxcel.parsers.tools.hermes import HermesParser
 from mlxcel.parsers.tools.json_calls import bare_json, llama3_json, mistral
 
@@ -53,9 +59,9 @@ CALL_GRAMMARS: dict[str, CallGrammar] = {
     "llama3_json": json_call_grammar("parameters", "", None, ""),
     "mistral": json_call_grammar("arguments", "[", ", ", "]"),
     "json": json_call_grammar("arguments", "", None, ""),
-    "qwen3_coder": qwen3_coder.forced_grammar,
-    "deepseek_v3": deepseek_v3.forced_grammar,
-    "harmony": harmony.forced_grammar,
+    "qwen3_coder": gbnf(qwen3_coder.forced_grammar),
+    "deepseek_v3": gbnf(deepseek_v3.forced_grammar),
+    "harmony": gbnf(harmony.forced_grammar),
 }
 
 # How each format writes one call, for models whose template cannot show tools: the system
@@ -105,6 +111,7 @@ __all__ = [
     "DEFAULT_PARSER",
     "PARSERS",
     "Delta",
+    "ForcedGrammar",
     "ParserFactory",
     "Reasoning",
     "Text",

@@ -1,23 +1,49 @@
-"""GBNF that forces tool calls, written in the shape the format's parser reads.
+"""Grammars that force tool calls, written in the shape the format's parser reads.
 
-JSON values come from llama.cpp's schema converter, whose rules take the names given to `visit`
-(the XML-like formats pass `arg-...`), the names of the $defs they use, and its primitives'
-(`string`, `space`, ...). Rules written by hand are named `root` and `fc-...` to stay apart.
+JSON-shaped calls are llguidance lark with the call's schema inline, so the parameters schema
+holds whole. Formats with their own markup write GBNF: their JSON values come from llama.cpp's
+schema converter, whose rules take the names given to `visit` (the XML-like formats pass
+`arg-...`), the names of the $defs they use, and its primitives' (`string`, `space`, ...).
+Rules written by hand are named `root` and `fc-...` to stay apart.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from llama_cpp.llama_grammar import SchemaConverter, json_schema_to_gbnf
+from llama_cpp.llama_grammar import SchemaConverter
+
+from mlxcel.engine.types import GrammarSyntax
+from mlxcel.schema_defaults import closed_objects
 
 Tools = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class ForcedGrammar:
+    """A grammar that forces calls, and its syntax: `gbnf` or `lark` (llguidance's)."""
+
+    text: str
+    syntax: GrammarSyntax
+
+
 # Builds the grammar for calls to `tools`; several of them in a row when the bool says so.
-CallGrammar = Callable[[Tools, bool], str]
+CallGrammar = Callable[[Tools, bool], ForcedGrammar]
+
+
+def gbnf(builder: Callable[[Tools, bool], str]) -> CallGrammar:
+    """A builder of GBNF text as a CallGrammar (markup that may be control tokens stays GBNF:
+    llama.cpp's grammar sampler matches those tokens by their text)."""
+
+    def grammar(tools: Tools, parallel: bool) -> ForcedGrammar:
+        return ForcedGrammar(builder(tools, parallel), "gbnf")
+
+    return grammar
+
 
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -57,25 +83,32 @@ def json_call_grammar(
 ) -> CallGrammar:
     """Calls as JSON objects {"name", `arguments_key`} inside `opening` and `closing`.
 
-    `separator` goes between parallel calls; None allows one call only.
+    `separator` goes between parallel calls; None allows one call only. The grammar is
+    llguidance's lark with the call schema inline (`%json`), so every JSON Schema keyword of the
+    parameters holds (bounds, lengths, patterns), as it does for response_format.
     """
 
-    def grammar(tools: Tools, parallel: bool) -> str:
+    def grammar(tools: Tools, parallel: bool) -> ForcedGrammar:
         schemas = [_call_schema(tool, arguments_key) for tool in tools]
         schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
-        rules = json_schema_to_gbnf(json.dumps(schema))
-        rules = re.sub(r"^root ::=", "call ::=", rules, flags=re.MULTILINE)
-        root = calls_rule("call", opening, separator if parallel else None, closing)
-        return f"root ::= {root}\n{rules}"
+        # At most one space between JSON tokens, as for response_format.
+        schema = {**schema, "x-guidance": {"whitespace_pattern": " ?"}}
+        parts = [json.dumps(opening), "call"]
+        if parallel and separator is not None:
+            parts.append(f"({json.dumps(separator)} call)*")
+        parts.append(json.dumps(closing))
+        start = " ".join(part for part in parts if part != '""')
+        return ForcedGrammar(f"start: {start}\ncall: %json {json.dumps(schema)}\n", "lark")
 
     return grammar
 
 
 def _call_schema(tool: dict[str, Any], arguments_key: str) -> dict[str, Any]:
     function = tool["function"]
-    parameters = function.get("parameters") or {"type": "object"}
+    parameters = closed_objects(function.get("parameters") or {"type": "object"})
     return {
         "type": "object",
         "properties": {"name": {"const": function["name"]}, arguments_key: parameters},
         "required": ["name", arguments_key],
+        "additionalProperties": False,
     }

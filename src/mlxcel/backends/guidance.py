@@ -1,4 +1,8 @@
-"""Structured outputs on MLX: a request's JSON schema or GBNF grammar, held by llguidance."""
+"""Structured outputs with llguidance: the tokens a request's JSON schema or grammar allows next.
+
+Both engines use it for JSON schemas (the whole of JSON Schema, bounds and lengths included);
+MLX also for GBNF grammars, which llama.cpp enforces with its own grammar sampler.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ import logging
 
 import llguidance
 import llguidance.numpy
-import mlx.core as mx
 import numpy as np
 
 from mlxcel.engine.types import EngineError, SamplingParams
@@ -18,7 +21,7 @@ def _grammar(params: SamplingParams) -> str:
     """llguidance's grammar for the request's GBNF grammar, else its JSON schema."""
     if params.grammar is not None:
         try:
-            return llguidance.grammar_from("gbnf", params.grammar)
+            return llguidance.grammar_from(params.grammar_syntax, params.grammar)
         except ValueError as exc:
             raise EngineError(f"the grammar does not parse: {exc}", "invalid_grammar") from exc
     try:
@@ -49,7 +52,7 @@ class Constraint:
         """Whether the grammar allows nothing more but ending (also after an error)."""
         return self._matcher.is_stopped()
 
-    def allowed(self) -> mx.array:
+    def allowed(self) -> np.ndarray:
         """Which of the model's `n_vocab` tokens may come next, as a bool vector.
 
         End-of-generation tokens are allowed only where the grammar accepts; tokens the model
@@ -58,7 +61,7 @@ class Constraint:
         llguidance.numpy.fill_next_token_bitmask(self._matcher, self._bitmask)
         # Bit i of 32-bit word w stands for token 32 * w + i: little-endian bytes, low bit first.
         bits = np.unpackbits(self._bitmask.view(np.uint8), count=self._n_vocab, bitorder="little")
-        return mx.array(bits.view(np.bool_))
+        return bits.view(np.bool_)
 
     def advance(self, token: int) -> None:
         """Move past a sampled token; one the grammar rejects leaves it finished."""
