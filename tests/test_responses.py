@@ -347,7 +347,7 @@ def test_previous_response_id_continues_the_conversation(client: openai.OpenAI) 
         ({"truncation": "auto"}, "truncation", "truncation"),
         ({"max_tokens": 5}, "max_tokens", "max_output_tokens"),
         ({"n": 2}, "n", "'n'"),
-        ({"prompt_cache_key": "abc"}, "prompt_cache_key", "prompt_cache_key"),
+        ({"service_tier": "flex"}, "service_tier", "service_tier"),
     ],
 )
 def test_unsupported_fields_are_named(
@@ -447,3 +447,39 @@ def test_streamed_function_call_events(client: openai.OpenAI) -> None:
     final = events[-1].response.output
     assert [item.type for item in final] == ["function_call"]
     assert "response.output_text.delta" not in types
+
+
+@slow
+def test_a_codex_style_request_is_served(client: openai.OpenAI) -> None:
+    # The fields a Codex-style agent sends on every turn, stateless.
+    shell = {
+        "type": "function",
+        "name": "shell",
+        "description": "Runs a shell command",
+        "strict": False,
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "array", "items": {"type": "string"}}},
+            "required": ["command"],
+        },
+    }
+    events = list(
+        client.responses.create(
+            model="default",
+            instructions="You are a coding agent.",
+            input=[{"type": "message", "role": "user", "content": "List the files."}],
+            tools=[shell],  # type: ignore[list-item]
+            tool_choice="auto",
+            parallel_tool_calls=False,
+            reasoning={"effort": "medium", "summary": "auto"},
+            store=False,
+            stream=True,
+            include=["reasoning.encrypted_content"],
+            prompt_cache_key="conversation-1",
+            safety_identifier="user-1",
+            max_output_tokens=16,
+        )
+    )
+    final = events[-1]
+    assert final.type in ("response.completed", "response.incomplete")
+    assert final.response.prompt_cache_key == "conversation-1"

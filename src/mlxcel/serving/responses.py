@@ -140,6 +140,8 @@ def response_object(
         "truncation": "disabled",
         "usage": usage,
         "user": request.user,
+        "safety_identifier": request.safety_identifier,
+        "prompt_cache_key": request.prompt_cache_key,
         "metadata": request.metadata or {},
     }
 

@@ -108,8 +108,9 @@ def prepare(
         room=n_ctx - len(prompt),
         n_ctx=n_ctx,
     )
-    if request.user:
-        logger.info("[%s] user=%s", request_id, request.user)
+    if request.user or request.safety_identifier:
+        who = request.safety_identifier or request.user
+        logger.info("[%s] user=%s", request_id, who)
     return Generation(model, request_id, prompt, params)
 
 

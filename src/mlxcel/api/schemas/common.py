@@ -36,6 +36,10 @@ class SamplingFields(Strict):
     logit_bias: dict[int, float] | None = None
     n: int = Field(default=1, ge=1, le=16)
     user: str | None = None
+    safety_identifier: str | None = None
+    # OpenAI's cache-routing hint (Codex sends one per conversation). Accepted: the prefix cache
+    # here matches the prompt's tokens themselves, so a key has nothing to add.
+    prompt_cache_key: str | None = None
     # llama-server's (and vLLM's) knobs; OpenAI clients send them through extra_body.
     top_k: int | None = Field(default=None, ge=0)
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
