@@ -180,9 +180,18 @@ def test_llama_server_json_schema_and_grammar_fields(server: ServerProcess) -> N
         ),
         ({"response_format": {"type": "xml"}}, "response_format.type"),
         ({"json_schema": {"type": "object"}, "grammar": 'root ::= "a"'}, "grammar"),
-        ({"grammar": "this is not gbnf"}, None),
+        ({"grammar": "this is not gbnf"}, "grammar"),
         # A keyword the grammar engine cannot enforce is refused, never silently dropped.
-        ({"json_schema": {"type": "array", "uniqueItems": True}}, None),
+        ({"json_schema": {"type": "array", "uniqueItems": True}}, "json_schema"),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": "array", "uniqueItems": True}},
+                }
+            },
+            "response_format",
+        ),
     ],
 )
 def test_bad_constraints_are_400(

@@ -104,6 +104,7 @@ def prepare_chat(
     )
     first = generations[0].params
     grammar, syntax = first.grammar, first.grammar_syntax
+    constraint = generations[0].constraint_param
     if plan is not None and plan.grammar is not None:
         if first.grammar or first.json_schema:
             raise invalid_request(
@@ -111,7 +112,7 @@ def prepare_chat(
                 "grammar",
                 "tool_choice",
             )
-        grammar, syntax = plan.grammar.text, plan.grammar.syntax
+        grammar, syntax, constraint = plan.grammar.text, plan.grammar.syntax, "tools"
     special = renders_special_tokens(reasoning, plan)
     generations = [
         replace(
@@ -119,6 +120,7 @@ def prepare_chat(
             params=replace(
                 g.params, grammar=grammar, grammar_syntax=syntax, render_special=special
             ),
+            constraint_param=constraint,
         )
         for g in generations
     ]

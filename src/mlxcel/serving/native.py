@@ -223,7 +223,7 @@ async def _events(native: NativeGeneration) -> AsyncIterator[TokenEvent]:
     if generation.params.max_tokens == 0:
         yield TokenEvent("", (), "length", len(generation.prompt), 0, stop_reason="limit")
         return
-    async for event in events(start(generation)):
+    async for event in events(start(generation), generation):
         yield event
 
 

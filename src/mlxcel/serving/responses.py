@@ -87,6 +87,7 @@ def prepare_response(
                 "tool_choice",
             )
         params = replace(params, grammar=plan.grammar.text, grammar_syntax=plan.grammar.syntax)
+        generation = replace(generation, constraint_param="tools")
     special = renders_special_tokens(reasoning, plan)
     generation = replace(generation, params=replace(params, render_special=special))
     return ResponseRun(generation, request, messages, response_id("msg"), plan, reasoning)

@@ -35,7 +35,7 @@ async def response_events(run: ResponseRun, store: ResponseStore) -> AsyncIterat
     yield event("response.in_progress", response=in_progress)
     output = run.output(event)
     try:
-        async for token in events(handle):
+        async for token in events(handle, run.generation):
             for item in output.feed(token.text):
                 yield item
             if token.finish_reason is None:

@@ -45,6 +45,8 @@ class Generation:
     created: int = field(default_factory=lambda: int(time.time()))
     index: int = 0
     prompt_index: int = 0
+    constraint_param: str | None = None
+    """The request field a grammar or schema came from, named if the engine refuses it."""
 
 
 @dataclass
@@ -108,10 +110,18 @@ def prepare(
         room=n_ctx - len(prompt),
         n_ctx=n_ctx,
     )
+    constraint = _constraint_param(request, params)
     if request.user or request.safety_identifier:
         who = request.safety_identifier or request.user
         logger.info("[%s] user=%s", request_id, who)
-    return Generation(model, request_id, prompt, params)
+    return Generation(model, request_id, prompt, params, constraint_param=constraint)
+
+
+def _constraint_param(request: SamplingFields, params: SamplingParams) -> str | None:
+    """The field a request's grammar or schema came from."""
+    if params.grammar is not None:
+        return "grammar"
+    return request.output_format()[1] if params.json_schema is not None else None
 
 
 def prepare_choices(
@@ -140,12 +150,14 @@ def prepare_choices(
     return generations
 
 
-def _engine_error(error: EngineError) -> APIError:
+def _engine_error(error: EngineError, constraint_param: str | None) -> APIError:
     if error.code == "server_busy":
         return APIError(
             503, str(error), type="server_busy", code="server_busy", headers={"Retry-After": "1"}
         )
-    if error.code in ("unsupported_field", "invalid_grammar"):
+    if error.code == "invalid_grammar":
+        return invalid_request(str(error), constraint_param, error.code)
+    if error.code == "unsupported_field":
         return invalid_request(str(error), code=error.code)
     return APIError(500, str(error), code=error.code)
 
@@ -157,15 +169,15 @@ def start(generation: Generation) -> RequestHandle:
             generation.request_id, generation.prompt, generation.params
         )
     except EngineError as exc:
-        raise _engine_error(exc) from exc
+        raise _engine_error(exc, generation.constraint_param) from exc
 
 
-async def events(handle: RequestHandle) -> AsyncIterator[TokenEvent]:
+async def events(handle: RequestHandle, generation: Generation) -> AsyncIterator[TokenEvent]:
     """A started generation's events; leaving early cancels it in the engine."""
     try:
         async for event in handle.events():
             if event.error is not None:
-                raise _engine_error(event.error)
+                raise _engine_error(event.error, generation.constraint_param)
             yield event
     finally:
         handle.cancel()
@@ -175,7 +187,7 @@ async def collect(generation: Generation) -> Outcome:
     """Run a generation to its end."""
     parts: list[str] = []
     logprobs: list[TokenLogprob] = []
-    async for event in events(start(generation)):
+    async for event in events(start(generation), generation):
         parts.append(event.text)
         logprobs.extend(event.logprobs)
         if event.finish_reason is not None:
@@ -206,10 +218,13 @@ async def collect_all(generations: list[Generation]) -> list[Outcome]:
 
 
 async def _pump(
-    index: int, handle: RequestHandle, queue: asyncio.Queue[tuple[int, TokenEvent | BaseException]]
+    index: int,
+    handle: RequestHandle,
+    generation: Generation,
+    queue: asyncio.Queue[tuple[int, TokenEvent | BaseException]],
 ) -> None:
     try:
-        async for event in events(handle):
+        async for event in events(handle, generation):
             queue.put_nowait((index, event))
     except BaseException as exc:
         queue.put_nowait((index, exc))
@@ -228,11 +243,14 @@ async def stream_all(generations: list[Generation]) -> AsyncIterator[tuple[int, 
         raise
     if len(handles) == 1:
         # One choice (the common case) needs no merging: no task and no extra queue hop.
-        async for event in events(handles[0]):
+        async for event in events(handles[0], generations[0]):
             yield 0, event
         return
     queue: asyncio.Queue[tuple[int, TokenEvent | BaseException]] = asyncio.Queue()
-    tasks = [asyncio.ensure_future(_pump(i, h, queue)) for i, h in enumerate(handles)]
+    tasks = [
+        asyncio.ensure_future(_pump(i, h, g, queue))
+        for i, (h, g) in enumerate(zip(handles, generations, strict=True))
+    ]
     try:
         running = len(tasks)
         while running:
