@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from mlxcel.engine.prompt_cache import PromptCache
+from mlxcel.engine.slots import common_prefix
 from tests.conftest import start
 from tests.server_process import ServerProcess
 
@@ -94,3 +95,18 @@ def test_without_the_cache_the_evicted_prefix_is_evaluated_again(uncached: Serve
     again, _, cached_tokens = _ask(uncached, "the moon")
     # Only the template's opening tokens are shared with the volcano prompt.
     assert cached_tokens < prompt_tokens // 4 and again == moon
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "shared"),
+    [
+        ([], [1], 0),
+        ([1, 2, 3], [1, 2, 3], 3),
+        ([1, 2, 3], [1, 2, 3, 4], 3),
+        ([1, 2, 3, 4], [1, 2, 9, 4], 2),
+        ([5], [6], 0),
+        (list(range(1000)), [*range(777), -1], 777),
+    ],
+)
+def test_common_prefix(a: list[int], b: list[int], shared: int) -> None:
+    assert common_prefix(a, b) == shared == common_prefix(tuple(b), tuple(a))

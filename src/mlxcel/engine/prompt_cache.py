@@ -37,7 +37,7 @@ class PromptCache:
         """The entry sharing the longest beginning with `prompt`, and how long that is."""
         found, longest = None, 0
         for entry in self._entries.values():
-            shared = common_prefix(list(entry.tokens), prompt)
+            shared = common_prefix(entry.tokens, prompt)
             if shared > longest:
                 found, longest = entry, shared
         return found, longest

@@ -21,8 +21,8 @@ class SlotState:
     request_id: str | None = None
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest shared beginning of two token lists."""
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest shared beginning of two token sequences."""
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
