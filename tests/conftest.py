@@ -25,6 +25,13 @@ def start(tmp: Path, *args: str, **kwargs: object) -> ServerProcess:
     return server
 
 
+def serving(tmp: pytest.TempPathFactory, name: str, *args: str) -> Iterator[ServerProcess]:
+    """A module-scoped fixture's server: started in its own folder, stopped after the module."""
+    proc = start(tmp.mktemp(name), *args)
+    yield proc
+    proc.stop()
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """`mlxcel serve` on the default model over TCP."""
@@ -36,7 +43,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 @pytest.fixture(scope="session")
 def client(server: ServerProcess) -> openai.OpenAI:
     """The official OpenAI client pointed at the TCP server."""
-    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+    return server.openai()
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+import openai
 
 MLXCEL = str(Path(sys.executable).parent / "mlxcel")
 
@@ -58,6 +59,10 @@ class ServerProcess:
         """An httpx client that reaches this server (over its socket if it has one)."""
         transport = httpx.HTTPTransport(uds=str(self.socket_path)) if self.socket_path else None
         return httpx.Client(base_url=self.root, transport=transport, timeout=120, **kwargs)  # type: ignore[arg-type]
+
+    def openai(self) -> openai.OpenAI:
+        """The official OpenAI client pointed at this server (TCP), without retries."""
+        return openai.OpenAI(base_url=self.base_url, api_key="x", max_retries=0)
 
     def wait_ready(self, timeout: float = 120) -> None:
         """Poll /health until 200; fail with the log if the child dies first."""

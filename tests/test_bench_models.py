@@ -6,7 +6,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import llama_cpp
-import openai
 import pytest
 from bench.models import SHAPES, Shape, build
 from gguf import LlamaFileType
@@ -71,7 +70,7 @@ def test_qwen2_vocabulary_is_padded_with_tokens_that_have_text(cache: Path) -> N
 def test_mlxcel_serves_it(tiny_llama: Path, tmp_path: Path) -> None:
     server = start(tmp_path, "-m", str(tiny_llama), "--ctx-size", "512")
     try:
-        client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+        client = server.openai()
         reply = client.chat.completions.create(
             model="default",
             messages=[{"role": "user", "content": "Hello"}],

@@ -42,7 +42,7 @@ def engine(
 
 @pytest.fixture(scope="module")
 def client(engine: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=engine.base_url, api_key="x", max_retries=0)
+    return engine.openai()
 
 
 def token_ids(engine: ServerProcess, text: str) -> list[int]:

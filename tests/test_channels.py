@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import openai
 import pytest
 
-from tests.conftest import start
+from tests.conftest import serving
 from tests.server_process import ServerProcess
 from tests.test_tools import ASK, WEATHER
 
@@ -28,24 +27,18 @@ HARMONY = (
 GEMMA = f'root ::= "<|channel>thought\\n" {WORDS} "<channel|>" {WORDS}'
 
 
-def _server(tmp: pytest.TempPathFactory, template: str) -> Iterator[ServerProcess]:
-    proc = start(tmp.mktemp(template), "--chat-template-file", str(DATA / template))
-    yield proc
-    proc.stop()
+def _with_template(tmp: pytest.TempPathFactory, template: str) -> Iterator[ServerProcess]:
+    return serving(tmp, template, "--chat-template-file", str(DATA / template))
 
 
 @pytest.fixture(scope="module")
 def harmony(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    yield from _server(tmp_path_factory, "harmony_template.jinja")
+    yield from _with_template(tmp_path_factory, "harmony_template.jinja")
 
 
 @pytest.fixture(scope="module")
 def gemma(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    yield from _server(tmp_path_factory, "gemma_template.jinja")
-
-
-def _client(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+    yield from _with_template(tmp_path_factory, "gemma_template.jinja")
 
 
 def _words(text: str | None) -> bool:
@@ -54,7 +47,7 @@ def _words(text: str | None) -> bool:
 
 def _chat(server: ServerProcess, stream: bool, **body: Any) -> tuple[str, str, list[Any]]:
     """(reasoning, content, tool calls) of one chat answer, streamed or whole."""
-    client = _client(server)
+    client = server.openai()
     request: dict[str, Any] = {"model": "default", "messages": ASK, "max_tokens": 160, **body}
     if not stream:
         message = client.chat.completions.create(**request).choices[0].message
@@ -97,7 +90,7 @@ def test_harmony_forced_call(harmony: ServerProcess, stream: bool) -> None:
 
 @pytest.mark.slow
 def test_harmony_on_responses(harmony: ServerProcess) -> None:
-    client = _client(harmony)
+    client = harmony.openai()
     response = client.responses.create(
         input="Hello", max_output_tokens=160, extra_body={"grammar": HARMONY}
     )

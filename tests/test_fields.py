@@ -244,7 +244,7 @@ def cold_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
 
 
 def test_server_sampling_flags_are_the_defaults(cold_server: ServerProcess) -> None:
-    client = openai.OpenAI(base_url=cold_server.base_url, api_key="x", max_retries=0)
+    client = cold_server.openai()
     outputs = {chat_text(client, max_tokens=16) for _ in range(3)}
     assert len(outputs) == 1
     with httpx.Client(base_url=cold_server.root) as http:

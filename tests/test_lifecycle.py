@@ -100,7 +100,7 @@ def test_missing_model_exits_with_a_message(tmp_path: Path) -> None:
 
 
 def test_disconnect_mid_stream_frees_the_engine(server: ServerProcess) -> None:
-    client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+    client = server.openai()
     stream = client.completions.create(
         model="default",
         prompt="Once upon a time",

@@ -23,7 +23,7 @@ from mlxcel import weights
 from mlxcel.backends.mlx.dry import Dry
 from mlxcel.backends.mlx.vocab import Vocabulary
 from tests._client_util import default_gguf
-from tests.conftest import LLAMA_DIR, start
+from tests.conftest import LLAMA_DIR, serving, start
 from tests.server_process import MLXCEL, ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -36,17 +36,16 @@ FIXED = {"temperature": 0, "extra_body": {"ignore_eos": True}}
 
 @pytest.fixture(scope="module")
 def mlx_server(models: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = start(
-        tmp_path_factory.mktemp("mlx"),
+    yield from serving(
+        tmp_path_factory,
+        "mlx",
         *("-m", str(models / LLAMA_DIR), "--backend", "mlx", "--parallel", "2", "-c", "2048"),
     )
-    yield proc
-    proc.stop()
 
 
 @pytest.fixture(scope="module")
 def client(mlx_server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=mlx_server.base_url, api_key="x", max_retries=0)
+    return mlx_server.openai()
 
 
 def token_id(server: ServerProcess, text: str) -> int:
@@ -240,7 +239,7 @@ def test_hub_id_resolves_offline_from_the_cache(models: Path, tmp_path: Path) ->
     env = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hub), "HF_HOME": str(tmp_path / "home")}
     server = start(tmp_path, "-m", HUB_ID, env=env)
     try:
-        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        client = server.openai()
         assert client.models.list().data[0].id == HUB_ID
         assert text_of(client, model=HUB_ID, max_tokens=6, **FIXED)
     finally:

@@ -25,7 +25,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models import llama4
 
 from mlxcel.backends.mlx import MlxGenerator, MlxOptions
-from tests.conftest import LLAMA_DIR, start
+from tests.conftest import LLAMA_DIR, serving, start
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -49,17 +49,16 @@ Request = Callable[[openai.OpenAI], Any]
 
 @pytest.fixture(scope="module")
 def mlx_server(models: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = start(
-        tmp_path_factory.mktemp("mlx-batching"),
+    yield from serving(
+        tmp_path_factory,
+        "mlx-batching",
         *("-m", str(models / LLAMA_DIR), "--backend", "mlx", "-np", str(SLOTS), "-c", "8192"),
     )
-    yield proc
-    proc.stop()
 
 
 @pytest.fixture(scope="module")
 def client(mlx_server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=mlx_server.base_url, api_key="x", max_retries=0)
+    return mlx_server.openai()
 
 
 def chat(content: str, max_tokens: int, **kwargs: Any) -> Request:
@@ -270,7 +269,7 @@ def test_each_cache_kind_decodes_the_same_alone_and_together(
     # A batch of 8 tokens makes the prompts arrive in chunks, past the 8-token window.
     server = start(tmp_path, "-m", str(variants[kind]), "--backend", "mlx", "-np", "3", "-b", "8")
     try:
-        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        client = server.openai()
         requests = [
             chat("Tell me a story about a cat, a dog and a dragon.", 40, **GREEDY),
             completion("The", 30, **GREEDY),

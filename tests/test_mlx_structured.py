@@ -18,8 +18,9 @@ import pytest
 
 pytest.importorskip("mlx_lm")
 
-from tests.conftest import LLAMA_DIR, start
+from tests.conftest import LLAMA_DIR, serving
 from tests.server_process import ServerProcess
+from tests.test_tools import WEATHER
 
 pytestmark = pytest.mark.slow
 
@@ -47,37 +48,20 @@ PET: dict[str, Any] = {
     },
     "required": ["name", "kind", "owner", "toys"],
 }
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "maxLength": 20},
-                "unit": {"enum": ["c", "f"]},
-                "days": {"type": "integer"},
-            },
-            "required": ["city", "unit"],
-        },
-    },
-}
 
 
 @pytest.fixture(scope="module")
 def mlx_server(models: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = start(
-        tmp_path_factory.mktemp("mlx-structured"),
+    yield from serving(
+        tmp_path_factory,
+        "mlx-structured",
         *("-m", str(models / LLAMA_DIR), "--backend", "mlx", "--parallel", "2", "-c", "4096"),
     )
-    yield proc
-    proc.stop()
 
 
 @pytest.fixture(scope="module")
 def client(mlx_server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=mlx_server.base_url, api_key="x", max_retries=0)
+    return mlx_server.openai()
 
 
 def _format(schema: dict[str, Any]) -> dict[str, Any]:

@@ -6,12 +6,11 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-import openai
 import pytest
 
 from mlxcel.engine.prompt_cache import PromptCache
 from mlxcel.engine.slots import common_prefix
-from tests.conftest import start
+from tests.conftest import serving
 from tests.server_process import ServerProcess
 
 
@@ -36,25 +35,19 @@ def test_cache_keeps_the_longest_and_evicts_the_oldest() -> None:
     assert unlimited.total_bytes == 1000
 
 
-def _server(tmp: pytest.TempPathFactory, cache_mib: str) -> Iterator[ServerProcess]:
-    proc = start(tmp.mktemp(f"cache{cache_mib}"), "--cache-ram", cache_mib)
-    yield proc
-    proc.stop()
-
-
 @pytest.fixture(scope="module")
 def cached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    yield from _server(tmp_path_factory, "64")
+    yield from serving(tmp_path_factory, "cache", "--cache-ram", "64")
 
 
 @pytest.fixture(scope="module")
 def uncached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    yield from _server(tmp_path_factory, "0")
+    yield from serving(tmp_path_factory, "no-cache", "--cache-ram", "0")
 
 
 def _ask(server: ServerProcess, topic: str) -> tuple[str, int, int]:
     """(answer, prompt tokens, cached tokens) for a long prompt about `topic`, greedily."""
-    client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+    client = server.openai()
     messages: list[Any] = [
         {"role": "system", "content": f"You are an expert on {topic}. " * 30},
         {"role": "user", "content": f"Tell me about {topic}."},

@@ -33,7 +33,7 @@ def thinker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
 
 @pytest.fixture(scope="module")
 def client(thinker: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=thinker.base_url, api_key="x", max_retries=0)
+    return thinker.openai()
 
 
 def _prompt(thinker: ServerProcess, **body: Any) -> str:

@@ -36,7 +36,7 @@ def batched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
 
 
 def _client(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+    return server.openai()
 
 
 def _stream_times(server: ServerProcess, prompt: str, times: list[float]) -> None:

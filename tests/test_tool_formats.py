@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
-import openai
 import pytest
 
 from mlxcel.parsers.tools import (
@@ -301,7 +300,7 @@ ASK = [{"role": "user", "content": "What's the weather in Paris for the next 3 d
 def test_forced_calls_written_in_the_format_markup(
     format_server: ServerProcess, named: bool, stream: bool
 ) -> None:
-    client = openai.OpenAI(base_url=format_server.base_url, api_key="x", max_retries=0)
+    client = format_server.openai()
     choice = {"type": "function", "function": {"name": "get_time"}} if named else "required"
     body: dict[str, Any] = {
         "model": "default",

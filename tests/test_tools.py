@@ -262,7 +262,7 @@ THINKING = (
 @pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True])
 def test_reasoning_is_split_from_the_answer(thinking: ServerProcess, stream: bool) -> None:
-    client = openai.OpenAI(base_url=thinking.base_url, api_key="x", max_retries=0)
+    client = thinking.openai()
     body = {"model": "default", "messages": ASK, "max_tokens": 160, "temperature": 0}
     extra = {"grammar": THINKING}
     if not stream:
@@ -324,7 +324,7 @@ def parser_server(
 
 @pytest.mark.slow
 def test_forced_calls_in_each_format(parser_server: ServerProcess) -> None:
-    client = openai.OpenAI(base_url=parser_server.base_url, api_key="x", max_retries=0)
+    client = parser_server.openai()
     response = client.chat.completions.create(
         model="default",
         messages=ASK,
