@@ -13,6 +13,8 @@ import httpx
 import openai
 
 MLXCEL = str(Path(sys.executable).parent / "mlxcel")
+# free_port() gives the port up before the child binds it; another process may take it between.
+PORT_RETRIES = 3
 
 
 def free_port() -> int:
@@ -32,17 +34,21 @@ class ServerProcess:
         env: dict[str, str] | None = None,
         log_path: Path | None = None,
     ) -> None:
-        self.port = free_port()
         self.socket_path = socket_path
-        where = ["--socket", str(socket_path)] if socket_path else ["--port", str(self.port)]
-        self.command = [MLXCEL, "serve", *where, "--threads", "1", *args]
+        self.args = args
+        self.env = {**os.environ, **(env or {})}
         self.log_path = log_path
-        self._log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
+        self._spawn()
+
+    def _spawn(self) -> None:
+        self.port = free_port()
+        where = (
+            ["--socket", str(self.socket_path)] if self.socket_path else ["--port", str(self.port)]
+        )
+        self.command = [MLXCEL, "serve", *where, "--threads", "1", *self.args]
+        self._log = open(self.log_path, "wb") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self.process = subprocess.Popen(
-            self.command,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            self.command, stdout=self._log, stderr=subprocess.STDOUT, env=self.env
         )
 
     @property
@@ -67,8 +73,14 @@ class ServerProcess:
     def wait_ready(self, timeout: float = 120) -> None:
         """Poll /health until 200; fail with the log if the child dies first."""
         deadline = time.monotonic() + timeout
+        retries = PORT_RETRIES
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                if retries and self._lost_port_race():
+                    retries -= 1
+                    self._close_log()
+                    self._spawn()
+                    continue
                 raise RuntimeError(f"server exited with {self.process.returncode}: {self.log()}")
             try:
                 with self.http() as client:
@@ -78,6 +90,46 @@ class ServerProcess:
                 pass
             time.sleep(0.1)
         raise TimeoutError(f"server not ready after {timeout}s: {self.log()}")
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of a /metrics sample over the series whose labels include `labels`."""
+        with self.http() as client:
+            text = client.get("/metrics").text
+        wanted = {f'{key}="{value}"' for key, value in labels.items()}
+        total = 0.0
+        for line in text.splitlines():
+            sample, _, value = line.rpartition(" ")
+            series, _, label_text = sample.partition("{")
+            if series == name and wanted <= set(label_text.rstrip("}").split(",")):
+                total += float(value)
+        return total
+
+    def generation_counts(self) -> tuple[float, float]:
+        """Tokens generated so far and requests cancelled so far, from /metrics."""
+        return (
+            self.metric("mlxcel_generation_tokens_total"),
+            self.metric("mlxcel_requests_finished_total", reason="cancelled"),
+        )
+
+    def assert_cancelled_early(self, tokens: float, cancelled: float, max_tokens: int) -> None:
+        """Since `generation_counts()` gave (tokens, cancelled), one request was cancelled before
+        generating `max_tokens` (which it would have reached: send it with ignore_eos)."""
+        self.wait_idle()
+        now_tokens, now_cancelled = self.generation_counts()
+        assert now_cancelled == cancelled + 1
+        assert now_tokens - tokens < max_tokens
+
+    def wait_idle(self, timeout: float = 120) -> None:
+        """Wait until no sequence runs or waits; a server still busy after `timeout` fails."""
+        deadline = time.monotonic() + timeout
+        while self.metric("mlxcel_requests_running") or self.metric("mlxcel_requests_waiting"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"server still busy after {timeout}s")
+            time.sleep(0.05)
+
+    def _lost_port_race(self) -> bool:
+        """Whether the child exited because another process took its free port first."""
+        return self.socket_path is None and "address already in use" in self.log().lower()
 
     def log(self) -> str:
         """What the server printed so far."""
@@ -92,5 +144,8 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        self._close_log()
+
+    def _close_log(self) -> None:
         if self._log is not subprocess.DEVNULL:
             self._log.close()

@@ -27,13 +27,25 @@ def test_chat_answers_with_text_and_usage(client: openai.OpenAI) -> None:
 
 
 def test_capital_of_france(client: openai.OpenAI) -> None:
+    """The template, BOS and tokenizer are wired up: the model's top next token is the one a
+    working model gives, by a margin no CPU's rounding closes (6.4 nats measured on AVX-512)."""
     response = client.chat.completions.create(
         model="default",
-        messages=[{"role": "user", "content": "Which city is the capital of France?"}],
-        max_tokens=32,
+        messages=[
+            {"role": "user", "content": "Which city is the capital of France?"},
+            {"role": "assistant", "content": "The capital of France is"},
+        ],
+        max_tokens=1,
         temperature=0,
+        logprobs=True,
+        top_logprobs=2,
+        extra_body={"add_generation_prompt": False, "continue_final_message": True},
     )
-    assert "paris" in (response.choices[0].message.content or "").lower()
+    logprobs = response.choices[0].logprobs
+    assert logprobs is not None and logprobs.content
+    first, second = logprobs.content[0].top_logprobs
+    assert first.token == " Paris"
+    assert first.logprob - second.logprob >= 2
 
 
 def test_system_developer_and_text_parts(client: openai.OpenAI) -> None:

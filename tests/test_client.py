@@ -6,7 +6,6 @@ import asyncio
 import gc
 import logging
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -192,10 +191,9 @@ def test_child_exiting_early_raises_startup_error_with_its_output(
 ) -> None:
     script = fake_binary(tmp_path, 'echo "args: $*" >&2; echo "key: $MLXCEL_API_KEY"; exit 3')
     caplog.set_level(logging.DEBUG, logger="mlxcel.client")
-    started = time.monotonic()
+    # A startup timeout far beyond the test's own: the error must come from the child's exit.
     with pytest.raises(mlxcel.ServerStartupError) as caught:
-        mlxcel.LLM(binary=script, api_key="k3y", ctx_size=64)
-    assert time.monotonic() - started < 5
+        mlxcel.LLM(binary=script, api_key="k3y", ctx_size=64, startup_timeout=3600)
     error = caught.value
     assert error.returncode == 3
     assert "key: k3y" in str(error)
@@ -211,10 +209,8 @@ def test_child_exiting_early_raises_startup_error_with_its_output(
 def test_startup_timeout_kills_the_child(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     script = fake_binary(tmp_path, f"echo $$ > {pid_file}; exec sleep 60")
-    started = time.monotonic()
     with pytest.raises(mlxcel.ServerTimeoutError):
         mlxcel.LLM(binary=script, startup_timeout=1)
-    assert time.monotonic() - started < 10
     assert not alive(int(pid_file.read_text()))
 
 

@@ -20,7 +20,7 @@ from mlxcel.engine.types import Feed, Sample, SamplingParams, SavesState
 from tests.conftest import LLAMA_DIR, start
 from tests.server_process import ServerProcess
 from tests.test_mlx_batching import _sliding_window
-from tests.test_prompt_cache import _ask, _metric
+from tests.test_prompt_cache import _ask
 
 HEADS, HEAD_DIM = 2, 16
 # Greedy, with the log-probabilities that show the logits came out the same.
@@ -153,7 +153,7 @@ def _back_to_the_moon(server: ServerProcess) -> tuple[bool, int, int, float]:
     moon, prompt_tokens, first_cached = _ask(server, "the moon")
     assert first_cached == 0
     _ask(server, "volcanoes")
-    saved = _metric(server, "mlxcel_prompt_cache_ram_bytes")
+    saved = server.metric("mlxcel_prompt_cache_ram_bytes")
     again, _, cached_tokens = _ask(server, "the moon")
     return again == moon, prompt_tokens, cached_tokens, saved
 
@@ -162,7 +162,7 @@ def _back_to_the_moon(server: ServerProcess) -> tuple[bool, int, int, float]:
 def test_a_prompt_evicted_from_the_slot_comes_back_from_ram(cached: ServerProcess) -> None:
     same, prompt_tokens, cached_tokens, saved = _back_to_the_moon(cached)
     assert same and cached_tokens >= prompt_tokens - 1
-    assert _metric(cached, "mlxcel_prompt_cache_ram_loads_total") >= 1
+    assert cached.metric("mlxcel_prompt_cache_ram_loads_total") >= 1
     # The tiny Llama keeps 512 bytes of keys and values a token (prompt and answer), plus
     # 4 bytes for the token itself and a header.
     assert 512 * prompt_tokens < saved < 520 * (prompt_tokens + 12) + 4096

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -61,24 +60,16 @@ def _ask(server: ServerProcess, topic: str) -> tuple[str, int, int]:
     return answer.choices[0].message.content or "", usage.prompt_tokens, cached
 
 
-def _metric(server: ServerProcess, name: str) -> float:
-    with server.http() as http:
-        text = http.get("/metrics").text
-    match = re.search(rf"^{name}\{{[^}}]*\}} (\S+)$", text, re.MULTILINE)
-    assert match, name
-    return float(match.group(1))
-
-
 @pytest.mark.slow
 def test_a_conversation_evicted_from_the_slot_comes_back_from_ram(cached: ServerProcess) -> None:
     # One slot (the default): the second topic takes the slot the first one filled.
     moon, prompt_tokens, first_cached = _ask(cached, "the moon")
     _ask(cached, "volcanoes")
-    assert _metric(cached, "mlxcel_prompt_cache_ram_bytes") > 0
+    assert cached.metric("mlxcel_prompt_cache_ram_bytes") > 0
     again, _, cached_tokens = _ask(cached, "the moon")
     assert first_cached == 0 and cached_tokens >= prompt_tokens - 1
     assert again == moon  # the restored state gives the same greedy answer
-    assert _metric(cached, "mlxcel_prompt_cache_ram_loads_total") >= 1
+    assert cached.metric("mlxcel_prompt_cache_ram_loads_total") >= 1
 
 
 @pytest.mark.slow

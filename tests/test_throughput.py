@@ -39,7 +39,9 @@ def _client(server: ServerProcess) -> openai.OpenAI:
     return server.openai()
 
 
-def _stream_times(server: ServerProcess, prompt: str, times: list[float]) -> None:
+def _stream_times(
+    server: ServerProcess, prompt: str, times: list[float], first: threading.Event | None = None
+) -> None:
     stream = _client(server).completions.create(
         model="default",
         prompt=prompt,
@@ -50,6 +52,8 @@ def _stream_times(server: ServerProcess, prompt: str, times: list[float]) -> Non
     )
     for _ in stream:
         times.append(time.monotonic())
+        if first is not None:
+            first.set()
 
 
 def test_two_streams_progress_together(batched: ServerProcess) -> None:
@@ -81,12 +85,14 @@ def test_batched_output_equals_solo_output(batched: ServerProcess) -> None:
     )
     results: list[str | None] = []
 
+    running = threading.Event()
+
     def other() -> None:
-        _stream_times(batched, "A long unrelated prompt about the sea", [])
+        _stream_times(batched, "A long unrelated prompt about the sea", [], running)
 
     thread = threading.Thread(target=other)
     thread.start()
-    time.sleep(0.2)
+    assert running.wait(120)
     results.append(
         client.chat.completions.create(
             model="default", messages=messages, max_tokens=24, temperature=0
@@ -127,7 +133,8 @@ def test_queue_full_and_queue_timeout(batched: ServerProcess) -> None:
         )
     )
     waiter.start()
-    time.sleep(0.3)
+    while not batched.metric("mlxcel_requests_waiting"):
+        time.sleep(0.01)
     with batched.http() as http:
         full = http.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2})
     assert full.status_code == 503
@@ -174,27 +181,19 @@ def test_repeated_and_multi_turn_prompts_reuse_the_cache(batched: ServerProcess)
 
 
 def test_metrics_and_slots(batched: ServerProcess) -> None:
-    def scrape() -> dict[str, float]:
-        with batched.http() as http:
-            text = http.get("/metrics").text
-        values: dict[str, float] = {}
-        for line in text.splitlines():
-            if line.startswith("mlxcel_") and " " in line:
-                name, value = line.rsplit(" ", 1)
-                values[name.split("{")[0]] = values.get(name.split("{")[0], 0) + float(value)
-        return values
-
-    before = scrape()
-    _client(batched).completions.create(model="default", prompt="Hello", max_tokens=5)
-    after = scrape()
-    for name in (
+    names = (
         "mlxcel_generation_tokens_total",
         "mlxcel_prompt_tokens_total",
         "mlxcel_requests_finished_total",
         "mlxcel_time_to_first_token_seconds_count",
-    ):
-        assert after[name] > before.get(name, 0), name
-    assert "mlxcel_prefix_cache_hit_ratio" in after
+    )
+    before = [batched.metric(name) for name in names]
+    _client(batched).completions.create(model="default", prompt="Hello", max_tokens=5)
+    after = [batched.metric(name) for name in names]
+    for name, old, new in zip(names, before, after, strict=True):
+        assert new > old, name
+    with batched.http() as http:
+        assert "mlxcel_prefix_cache_hit_ratio{" in http.get("/metrics").text
     with batched.http() as http:
         slots = http.get("/slots").json()
     assert [s["id"] for s in slots] == [0, 1]

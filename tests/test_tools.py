@@ -156,25 +156,32 @@ def test_tool_results_round_trip_through_the_template(client: openai.OpenAI) -> 
         max_tokens=30,
         temperature=0,  # type: ignore[arg-type, list-item]
     )
-    assert answer.choices[0].message.content
+    reply = answer.choices[0].message
+    assert reply.content or reply.tool_calls  # which of the two depends on the CPU's kernels
     assert answer.usage is not None and first.usage is not None
     assert answer.usage.prompt_tokens > first.usage.prompt_tokens
 
 
 @pytest.mark.slow
-def test_tool_choice_none_and_auto_answer_in_text(client: openai.OpenAI) -> None:
-    for choice in ("none", "auto"):
-        response = client.chat.completions.create(
-            model="default",
-            messages=ASK,
-            tools=[WEATHER],
-            tool_choice=choice,  # type: ignore[list-item, arg-type]
-            max_tokens=20,
-            temperature=0,
+def test_tool_choice_none_and_auto(client: openai.OpenAI) -> None:
+    def ask(**tools: Any) -> Any:
+        return client.chat.completions.create(
+            model="default", messages=ASK, max_tokens=60, temperature=0, **tools
         )
-        message = response.choices[0].message
+
+    plain = ask()
+    none = ask(tools=[WEATHER], tool_choice="none")
+    auto = ask(tools=[WEATHER], tool_choice="auto")
+    # "none" shows the model no tools and returns no calls; "auto" shows them.
+    assert none.usage.prompt_tokens == plain.usage.prompt_tokens
+    assert none.choices[0].message.tool_calls is None
+    assert auto.usage.prompt_tokens > plain.usage.prompt_tokens
+    # Whether the model calls the tool is its own choice; either way no markup leaks.
+    message = auto.choices[0].message
+    for call in message.tool_calls or []:
+        _arguments_valid(call, WEATHER)
+    if auto.choices[0].finish_reason != "length":
         assert "<tool_call>" not in (message.content or "")
-        assert response.choices[0].finish_reason in ("stop", "length", "tool_calls")
 
 
 def _tool(name: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
