@@ -1,10 +1,14 @@
-"""Server-sent events, with errors after the first byte sent as an event in the envelope."""
+"""Server-sent events, with errors after the first byte sent as an event in the envelope.
+
+Two framings: OpenAI's chat and completions streams (`data: {...}`, then `data: [DONE]`), and
+typed events (`event: TYPE` + `data: {...}`, no `[DONE]`) for Responses and Anthropic Messages.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi.responses import StreamingResponse
@@ -46,6 +50,40 @@ async def event_stream(chunks: AsyncIterator[dict[str, Any]]) -> StreamingRespon
                 yield frame
         else:
             yield DONE
+
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
+
+
+def typed_frame(event: dict[str, Any]) -> bytes:
+    """One typed event: its `type` names it on the `event:` line."""
+    data = json.dumps(event, ensure_ascii=False)
+    return f"event: {event['type']}\ndata: {data}\n\n".encode()
+
+
+ErrorEvent = Callable[[Exception, dict[str, Any]], dict[str, Any]]
+"""The event that reports a failure after the headers went out, given the last event sent."""
+
+
+async def typed_event_stream(
+    events: AsyncIterator[dict[str, Any]], request_id: str, error_event: ErrorEvent
+) -> StreamingResponse:
+    """Typed SSE events; the first comes before the headers, so early errors keep a status."""
+    first = await anext(events)
+
+    async def frames() -> AsyncIterator[bytes]:
+        last = first
+        yield typed_frame(first)
+        try:
+            async for event in events:
+                last = event
+                yield typed_frame(event)
+        except Exception as exc:
+            if isinstance(exc, APIError):
+                logger.warning("[%s] stream failed: %s", request_id, exc.message)
+            else:
+                logger.exception("[%s] stream failed", request_id)
+            yield typed_frame(error_event(exc, last))
 
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -14,13 +11,12 @@ from fastapi.responses import StreamingResponse
 from mlxcel.api.auth import require_api_key
 from mlxcel.api.routes.text import unless_disconnected
 from mlxcel.api.schemas.responses import ResponsesRequest
+from mlxcel.api.sse import typed_event_stream
 from mlxcel.api.state import model_for
 from mlxcel.serving.errors import APIError
 from mlxcel.serving.response_store import ResponseStore, StoredResponse
 from mlxcel.serving.responses import create_response, prepare_response
 from mlxcel.serving.responses_stream import response_events
-
-logger = logging.getLogger(__name__)
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
@@ -48,30 +44,10 @@ def _stored(request: Request, response_id: str, param: str) -> StoredResponse:
     return entry
 
 
-def _frame(event: dict[str, Any]) -> bytes:
-    data = json.dumps(event, ensure_ascii=False)
-    return f"event: {event['type']}\ndata: {data}\n\n".encode()
-
-
-async def _typed_event_stream(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
-    """Typed SSE events; the first comes before the headers, so early errors keep a status."""
-    first = await anext(events)
-
-    async def frames() -> AsyncIterator[bytes]:
-        number = first["sequence_number"]
-        response_id = first.get("response", {}).get("id")
-        yield _frame(first)
-        try:
-            async for event in events:
-                number = event["sequence_number"]
-                yield _frame(event)
-        except Exception:
-            logger.exception("[%s] response stream failed", response_id)
-            error = {"code": "server_error", "message": "internal server error", "param": None}
-            yield _frame({"type": "error", "sequence_number": number + 1, **error})
-
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return StreamingResponse(frames(), media_type="text/event-stream", headers=headers)
+def _stream_error(_: Exception, last: dict[str, Any]) -> dict[str, Any]:
+    # response_events reports its own failures as response.failed; this is the last resort.
+    error = {"code": "server_error", "message": "internal server error", "param": None}
+    return {"type": "error", "sequence_number": last["sequence_number"] + 1, **error}
 
 
 @router.post("/v1/responses", response_model=None)
@@ -92,7 +68,8 @@ async def create(body: ResponsesRequest, request: Request) -> dict[str, Any] | S
         state.reasoning_parser,
     )
     if body.stream:
-        return await _typed_event_stream(response_events(run, _store(request)))
+        events = response_events(run, _store(request))
+        return await typed_event_stream(events, run.generation.request_id, _stream_error)
     return await unless_disconnected(request, create_response(run, _store(request)))
 
 
