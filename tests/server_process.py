@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import anthropic
 import httpx
 import openai
 
@@ -69,6 +70,10 @@ class ServerProcess:
     def openai(self) -> openai.OpenAI:
         """The official OpenAI client pointed at this server (TCP), without retries."""
         return openai.OpenAI(base_url=self.base_url, api_key="x", max_retries=0)
+
+    def anthropic(self, api_key: str = "x") -> anthropic.Anthropic:
+        """The official Anthropic client pointed at this server (TCP), without retries."""
+        return anthropic.Anthropic(base_url=self.root, api_key=api_key, max_retries=0)
 
     def wait_ready(self, timeout: float = 120) -> None:
         """Poll /health until 200; fail with the log if the child dies first."""

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from mlxcel.api.errors import install_error_handlers
 from mlxcel.api.limits import BodySizeLimit, JsonByDefault
-from mlxcel.api.routes import health, native, observe, responses, text
+from mlxcel.api.routes import anthropic, health, native, observe, responses, text
 from mlxcel.config import ServerConfig
 
 
@@ -30,6 +30,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(text.router)
     app.include_router(native.router)
     app.include_router(responses.router)
+    app.include_router(anthropic.router)
     app.include_router(observe.router)
     app.add_middleware(JsonByDefault)
     app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes)

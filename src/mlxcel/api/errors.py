@@ -14,7 +14,8 @@ from mlxcel.serving.errors import APIError, invalid_request
 logger = logging.getLogger(__name__)
 
 
-def _validation_error(exc: RequestValidationError) -> APIError:
+def validation_error(exc: RequestValidationError) -> APIError:
+    """A request body that failed validation, as a 400 naming the field."""
     errors = exc.errors()
     if not errors:
         return invalid_request("invalid request body")
@@ -40,7 +41,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return _validation_error(exc).response()
+        return validation_error(exc).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
