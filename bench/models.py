@@ -1,13 +1,14 @@
 """Random-weight GGUF models in real models' shapes, built offline for the benchmark.
 
-    python bench/models.py --shape smollm2-135m|qwen2.5-0.5b --out DIR
+    python bench/models.py --shape smollm2-135m|qwen2.5-0.5b --out DIR [--fim]
 
 Writes the named architecture and shape with seeded random weights (normal * 0.02, norms 1)
 as F16 through gguf-py, then quantizes it to Q4_0 with llama.cpp's own `llama_model_quantize`,
 so each tensor gets the type a real Q4_0 file of that model has (the tied embedding Q8_0).
 The tokenizer is the embedded default model's (SmolLM2); a larger vocabulary is padded with
-tokens that detokenize to text. A file already built is reused: its name carries a digest of
-the shape and seed. Prints the path; build time and size go to stderr.
+tokens that detokenize to text; `--fim` gives it a code model's fill-in-the-middle tokens.
+A file already built is reused: its name carries a digest of the shape, seed and tokens.
+Prints the path; build time and size go to stderr.
 """
 
 from __future__ import annotations
@@ -20,17 +21,27 @@ import sys
 import time
 import zlib
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType, TokenType
+from gguf import GGUFReader, GGUFValueType, GGUFWriter, Keys, LlamaFileType, TokenType
 
 WEIGHT_STD = 0.02
 CACHE_DIR = Path(__file__).resolve().parent / ".cache"
 TOKENS_KEY = "tokenizer.ggml.tokens"
 TYPES_KEY = "tokenizer.ggml.token_type"
+# With fim, four control tokens SmolLM2 never writes become StarCoder's FIM tokens, declared
+# with its repository and file markers under the keys llama.cpp reads: (id, text) by key.
+FIM_TOKENS = {
+    Keys.Tokenizer.FIM_PRE_ID: (7, "<fim_prefix>"),
+    Keys.Tokenizer.FIM_SUF_ID: (8, "<fim_suffix>"),
+    Keys.Tokenizer.FIM_MID_ID: (9, "<fim_middle>"),
+    Keys.Tokenizer.FIM_PAD_ID: (10, "<fim_pad>"),
+    Keys.Tokenizer.FIM_REP_ID: (3, "<repo_name>"),
+    Keys.Tokenizer.FIM_SEP_ID: (5, "<file_sep>"),
+}
 
 
 @dataclass(frozen=True)
@@ -87,6 +98,13 @@ SHAPES = {
 }
 
 
+def tiny(shape: Shape) -> Shape:
+    """A shape cut down for tests, vocabulary and all else kept: the same builder writes it."""
+    return replace(
+        shape, name=f"tiny-{shape.arch}", layers=2, hidden=64, heads=4, kv_heads=2, ffn=128
+    )
+
+
 @dataclass(frozen=True)
 class Built:
     """A model file and what it cost; `seconds` is None when it came from the cache."""
@@ -130,8 +148,9 @@ def random_tensor(name: str, dims: tuple[int, ...], seed: int) -> np.ndarray:
     return values if len(dims) == 1 else values.astype(np.float16)
 
 
-def add_tokenizer(writer: GGUFWriter, source: Path, vocab: int) -> None:
-    """Copy every `tokenizer.*` key of `source`, padding the vocabulary up to `vocab` tokens."""
+def add_tokenizer(writer: GGUFWriter, source: Path, vocab: int, *, fim: bool = False) -> None:
+    """Copy every `tokenizer.*` key of `source`, padding the vocabulary up to `vocab` tokens;
+    with `fim`, rename and declare the FIM tokens."""
     reader = GGUFReader(source)
     for key, field in reader.fields.items():
         if not key.startswith("tokenizer."):
@@ -143,12 +162,18 @@ def add_tokenizer(writer: GGUFWriter, source: Path, vocab: int) -> None:
         # weights sample them often, and a benchmark that times streamed text would lose them.
         if key == TOKENS_KEY:
             value = value + [f"[PAD{i}]" for i in range(len(value), vocab)]
+            if fim:
+                for token, text in FIM_TOKENS.values():
+                    value[token] = text
         elif key == TYPES_KEY:
             value = value + [int(TokenType.NORMAL)] * (vocab - len(value))
         array = field.types[0] == GGUFValueType.ARRAY
         writer.add_key_value(
             key, value, field.types[0], sub_type=field.types[-1] if array else None
         )
+    if fim:
+        for fim_key, (token, _) in FIM_TOKENS.items():
+            writer.add_uint32(fim_key, token)
 
 
 def add_hparams(writer: GGUFWriter, shape: Shape) -> None:
@@ -167,11 +192,11 @@ def add_hparams(writer: GGUFWriter, shape: Shape) -> None:
     writer.add_file_type(LlamaFileType.MOSTLY_F16)
 
 
-def write_f16(shape: Shape, path: Path, tokenizer: Path, seed: int) -> None:
+def write_f16(shape: Shape, path: Path, tokenizer: Path, seed: int, *, fim: bool = False) -> None:
     """The whole model at F16 (norms and biases F32), one tensor in memory at a time."""
     writer = GGUFWriter(path, shape.arch)
     add_hparams(writer, shape)
-    add_tokenizer(writer, tokenizer, shape.vocab)
+    add_tokenizer(writer, tokenizer, shape.vocab, fim=fim)
     for name, dims in tensor_shapes(shape):
         dtype = np.dtype(np.float32 if len(dims) == 1 else np.float16)
         writer.add_tensor_info(name, dims, dtype, int(np.prod(dims)) * dtype.itemsize)
@@ -199,17 +224,20 @@ def quantize_q4_0(source: Path, dest: Path) -> None:
         raise RuntimeError(f"llama_model_quantize failed on {source}")
 
 
-def model_path(shape: Shape, out_dir: Path, seed: int) -> Path:
-    """Where this shape and seed are cached: a digest of both in the name."""
-    digest = hashlib.sha256(repr((asdict(shape), seed, WEIGHT_STD)).encode()).hexdigest()[:10]
+def model_path(shape: Shape, out_dir: Path, seed: int, *, fim: bool = False) -> Path:
+    """Where this shape, seed and vocabulary are cached: a digest of them in the name."""
+    key: tuple[object, ...] = (asdict(shape), seed, WEIGHT_STD)
+    if fim:
+        key = (*key, FIM_TOKENS)
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:10]
     return out_dir / f"random-{shape.name}-{digest}-q4_0.gguf"
 
 
-def build(shape: Shape, out_dir: Path, seed: int = 0) -> Built:
+def build(shape: Shape, out_dir: Path, seed: int = 0, *, fim: bool = False) -> Built:
     """The Q4_0 GGUF for `shape`, built unless `out_dir` already holds it."""
     from mlxcel.weights import default_model_path
 
-    path = model_path(shape, out_dir, seed)
+    path = model_path(shape, out_dir, seed, fim=fim)
     if path.is_file():
         return Built(path, path.stat().st_size, None)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -219,7 +247,7 @@ def build(shape: Shape, out_dir: Path, seed: int = 0) -> Built:
     f16 = path.with_name(f"{path.stem}.f16.{os.getpid()}.tmp")
     partial = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
     try:
-        write_f16(shape, f16, default_model_path(), seed)
+        write_f16(shape, f16, default_model_path(), seed, fim=fim)
         quantize_q4_0(f16, partial)
         partial.replace(path)
     finally:
@@ -234,8 +262,9 @@ def main() -> None:
     parser.add_argument("--shape", choices=sorted(SHAPES), required=True)
     parser.add_argument("--out", type=Path, default=CACHE_DIR)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--fim", action="store_true", help="with fill-in-the-middle tokens")
     args = parser.parse_args()
-    built = build(SHAPES[args.shape], args.out, args.seed)
+    built = build(SHAPES[args.shape], args.out, args.seed, fim=args.fim)
     print(f"{built.path.name}: {built.summary()}", file=sys.stderr)
     print(built.path)
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import llama_cpp
 import pytest
-from bench.models import SHAPES, Shape, build
+from bench.models import SHAPES, build, tiny
 from gguf import LlamaFileType
 
 from tests.conftest import start
@@ -15,15 +14,8 @@ from tests.conftest import start
 pytestmark = pytest.mark.slow
 
 
-def _tiny(shape: Shape) -> Shape:
-    """A benchmark shape cut down, vocabulary and all else kept: the same builder writes it."""
-    return replace(
-        shape, name=f"tiny-{shape.arch}", layers=2, hidden=64, heads=4, kv_heads=2, ffn=128
-    )
-
-
-TINY_LLAMA = _tiny(SHAPES["smollm2-135m"])
-TINY_QWEN2 = _tiny(SHAPES["qwen2.5-0.5b"])
+TINY_LLAMA = tiny(SHAPES["smollm2-135m"])
+TINY_QWEN2 = tiny(SHAPES["qwen2.5-0.5b"])
 
 
 @pytest.fixture(scope="module")

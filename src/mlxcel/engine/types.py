@@ -206,3 +206,27 @@ class SavesState(Protocol):
     def load_state(self, slot: int, data: bytes) -> bool:
         """Put saved state into a slot (replacing what it held); False if it did not fit."""
         ...
+
+
+@dataclass(frozen=True)
+class FimTokens:
+    """A vocabulary's fill-in-the-middle tokens; None where it has no such token.
+
+    `repo` and `separator` mark repository-level context (the project, then each file).
+    """
+
+    prefix: int | None
+    suffix: int | None
+    middle: int | None
+    repo: int | None = None
+    separator: int | None = None
+
+
+@runtime_checkable
+class FillsInTheMiddle(Protocol):
+    """A generator that knows its model's FIM tokens (a GGUF declares them)."""
+
+    @property
+    def fim_tokens(self) -> FimTokens:
+        """The model's FIM tokens, read when it loaded."""
+        ...

@@ -8,6 +8,7 @@ from typing import Any
 
 from mlxcel.api.schemas.completions import CompletionRequest
 from mlxcel.engine.registry import LoadedModel
+from mlxcel.serving.infill import answer_limit, fim_layout, infill_prompt
 from mlxcel.serving.logprobs import completion_logprobs
 from mlxcel.serving.text import (
     Generation,
@@ -32,14 +33,18 @@ class CompletionJob:
 def prepare_completion(
     model: LoadedModel, request: CompletionRequest, n_predict: int
 ) -> CompletionJob:
-    """Tokenize each prompt as the GGUF says (token-id prompts pass through) and plan choices."""
+    """Tokenize each prompt as the GGUF says (token-id prompts pass through) and plan choices;
+    with a `suffix`, each prompt is the code before a gap the model fills in (FIM)."""
     generator = model.generator
-    prompts = [
-        generator.tokenize(p, add_special=generator.add_bos, parse_special=True)
-        if isinstance(p, str)
-        else list(p)
-        for p in request.prompts()
-    ]
+    if request.suffix:
+        prompts = _fill_in_the_middle(model, request, n_predict)
+    else:
+        prompts = [
+            generator.tokenize(p, add_special=generator.add_bos, parse_special=True)
+            if isinstance(p, str)
+            else list(p)
+            for p in request.prompts()
+        ]
     generations = prepare_choices(
         model, new_id("cmpl"), prompts, request, request.token_limit(), n_predict
     )
@@ -52,6 +57,27 @@ def prepare_completion(
             for p in request.prompts()
         ]
     return CompletionJob(generations, echoes, request.logprobs is not None)
+
+
+def _fill_in_the_middle(
+    model: LoadedModel, request: CompletionRequest, n_predict: int
+) -> list[list[int]]:
+    """Each prompt as the prefix of a FIM prompt whose suffix is the request's."""
+    generator = model.generator
+    fim = fim_layout(model, "suffix")
+    suffix = generator.tokenize(request.suffix or "", add_special=False, parse_special=False)
+    return [
+        infill_prompt(
+            generator,
+            fim,
+            generator.tokenize(p, add_special=False, parse_special=False)
+            if isinstance(p, str)
+            else list(p),
+            suffix,
+            limit=answer_limit(request.token_limit(), n_predict),
+        )
+        for p in request.prompts()
+    ]
 
 
 def _object(

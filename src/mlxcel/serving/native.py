@@ -147,6 +147,14 @@ def prepare_native(
     else:
         check_vocabulary(generator, request.prompt, "prompt")
         prompt = list(request.prompt)
+    return native_generation(model, request, prompt, n_predict)
+
+
+def native_generation(
+    model: LoadedModel, request: NativeCompletionRequest, prompt: list[int], n_predict: int
+) -> NativeGeneration:
+    """A /completion-shaped generation of prompt tokens (/completion's, /infill's)."""
+    generator = model.generator
     limit = request.token_limit()
     generation = prepare(model, new_id("cmpl"), prompt, request, limit, n_predict)
     if limit == 0:

@@ -13,6 +13,7 @@ from fastapi.responses import StreamingResponse
 from mlxcel.api.auth import require_api_key
 from mlxcel.api.routes.text import unless_disconnected
 from mlxcel.api.schemas.chat import ChatCompletionRequest
+from mlxcel.api.schemas.infill import InfillRequest
 from mlxcel.api.schemas.native import (
     DetokenizeRequest,
     NativeCompletionRequest,
@@ -21,6 +22,7 @@ from mlxcel.api.schemas.native import (
 from mlxcel.api.sse import DONE, event_stream
 from mlxcel.api.state import model_for
 from mlxcel.serving import native
+from mlxcel.serving.infill import prepare_infill
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
@@ -84,6 +86,20 @@ async def completion(
     prepared = await asyncio.to_thread(
         native.prepare_native, model, body, request.app.state.n_predict
     )
-    if body.stream:
+    return await _native_answer(request, prepared)
+
+
+@router.post("/infill", response_model=None)
+async def infill(body: InfillRequest, request: Request) -> dict[str, Any] | StreamingResponse:
+    """llama-server's code infill: the gap between input_prefix and input_suffix, filled."""
+    model = model_for(request, body.model)
+    prepared = await asyncio.to_thread(prepare_infill, model, body, request.app.state.n_predict)
+    return await _native_answer(request, prepared)
+
+
+async def _native_answer(
+    request: Request, prepared: native.NativeGeneration
+) -> dict[str, Any] | StreamingResponse:
+    if prepared.stream:
         return _without_done(await event_stream(native.native_chunks(prepared)))
     return await unless_disconnected(request, native.native_completion(prepared))

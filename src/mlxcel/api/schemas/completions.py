@@ -18,8 +18,6 @@ class CompletionRequest(SamplingFields):
 
     def unsupported(self) -> str | None:
         """The first field set to something this server does not do yet."""
-        if self.suffix:
-            return "suffix"
         if self.best_of not in (None, 1, self.n):
             return "best_of"
         if self.echo and self.logprobs is not None:

@@ -17,7 +17,7 @@ from llguidance.llamacpp import lltokenizer_from_vocab
 from mlxcel.backends.guidance import Constraint, constraint
 from mlxcel.backends.llamacpp import native
 from mlxcel.backends.llamacpp.sampling import build_chain, sample_with_logprobs
-from mlxcel.engine.types import ChatTemplate, Feed, Sample, SamplingParams
+from mlxcel.engine.types import ChatTemplate, Feed, FimTokens, Sample, SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +83,7 @@ class LlamaCppGenerator:
         self._eog = tuple(t for t in range(self._n_vocab) if self.is_end_of_generation(t))
         self._chat_template = self._read_chat_template()
         self._generation_config = self._read_generation_config()
+        self._fim_tokens = self._read_fim_tokens()
 
     def _new_context(self, options: LlamaCppOptions) -> Any:
         params = llama_cpp.llama_context_default_params()
@@ -109,6 +110,21 @@ class LlamaCppGenerator:
                 except ValueError:
                     logger.warning("ignoring GGUF general.sampling.%s=%r", key, value)
         return config
+
+    def _read_fim_tokens(self) -> FimTokens:
+        """What llama.cpp found: the GGUF's tokenizer.ggml.fim_* ids, else known token texts."""
+
+        def token(find: Any) -> int | None:
+            found = int(find(self._vocab))
+            return None if found == llama_cpp.LLAMA_TOKEN_NULL else found
+
+        return FimTokens(
+            prefix=token(llama_cpp.llama_vocab_fim_pre),
+            suffix=token(llama_cpp.llama_vocab_fim_suf),
+            middle=token(llama_cpp.llama_vocab_fim_mid),
+            repo=token(llama_cpp.llama_vocab_fim_rep),
+            separator=token(llama_cpp.llama_vocab_fim_sep),
+        )
 
     def _read_chat_template(self) -> ChatTemplate | None:
         source = native.metadata_string(self._model, "tokenizer.chat_template")
@@ -145,6 +161,10 @@ class LlamaCppGenerator:
     @property
     def generation_config(self) -> Mapping[str, float]:
         return self._generation_config
+
+    @property
+    def fim_tokens(self) -> FimTokens:
+        return self._fim_tokens
 
     @property
     def add_bos(self) -> bool:
