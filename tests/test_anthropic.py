@@ -260,7 +260,7 @@ def test_create_gives_a_message(claude: anthropic.Anthropic) -> None:
 @slow
 def test_max_tokens_and_stop_sequences_set_the_stop_reason(claude: anthropic.Anthropic) -> None:
     story = [{"role": "user", "content": "Write a long story about a dragon."}]
-    cut = _create(claude, messages=story, max_tokens=3)
+    cut = _create(claude, messages=story, max_tokens=3, extra_body={"ignore_eos": True})
     assert cut.stop_reason == "max_tokens" and cut.usage.output_tokens == 3
     forced = {"grammar": 'root ::= "one two three"'}
     stopped = _create(claude, stop_sequences=["two"], max_tokens=10, extra_body=forced)
@@ -300,7 +300,7 @@ def _frames(text: str) -> list[tuple[str, dict[str, Any]]]:
 
 @slow
 def test_raw_stream_is_anthropics_event_sequence(http: httpx.Client) -> None:
-    body = {"messages": HELLO, "max_tokens": 8, "stream": True, **GREEDY}
+    body = {"messages": HELLO, "max_tokens": 8, "stream": True, "ignore_eos": True, **GREEDY}
     response = http.post("/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"})
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
@@ -359,11 +359,25 @@ def test_streamed_tool_call_has_input_json_deltas(claude: anthropic.Anthropic) -
 
 
 @slow
-def test_tool_choice_none_never_calls(claude: anthropic.Anthropic) -> None:
-    message = _create(claude, messages=ASK, tools=[WEATHER], tool_choice={"type": "none"})
-    assert all(block.type == "text" for block in message.content)
-    assert message.stop_reason != "tool_use"
-    assert "<tool_call>" not in message.content[0].text  # type: ignore[union-attr]
+def test_tool_choice_none_and_auto(claude: anthropic.Anthropic) -> None:
+    def count(**tools: Any) -> int:
+        return claude.messages.count_tokens(model="default", messages=ASK, **tools).input_tokens
+
+    # "none" shows the model no tools and returns no calls; "auto" shows them.
+    assert count(tools=[WEATHER], tool_choice={"type": "none"}) == count()
+    assert count(tools=[WEATHER], tool_choice={"type": "auto"}) > count()
+    none = _create(claude, messages=ASK, tools=[WEATHER], tool_choice={"type": "none"})
+    assert [block.type for block in none.content] == ["text"]
+    assert none.stop_reason != "tool_use"
+    auto = _create(
+        claude, messages=ASK, tools=[WEATHER], tool_choice={"type": "auto"}, max_tokens=60
+    )
+    # Whether the model calls the tool is its own choice; the stop reason says which it made.
+    calls = [block for block in auto.content if block.type == "tool_use"]
+    for call in calls:
+        jsonschema.validate(call.input, WEATHER["input_schema"])
+    if auto.stop_reason != "max_tokens":
+        assert (auto.stop_reason == "tool_use") == bool(calls)
 
 
 @slow
@@ -500,7 +514,8 @@ def test_x_api_key_is_checked_in_anthropics_shape(keyed: ServerProcess) -> None:
         missing = http.post("/v1/messages/count_tokens", json={"messages": HELLO})
     assert missing.status_code == 401
     assert missing.json()["error"]["type"] == "authentication_error"
-    assert _create(keyed.anthropic("sk-local"), max_tokens=2).usage.output_tokens == 2
+    allowed = _create(keyed.anthropic("sk-local"), max_tokens=2, extra_body={"ignore_eos": True})
+    assert allowed.usage.output_tokens == 2
 
 
 # --- thinking, on a template with <think> tags ---
