@@ -180,6 +180,16 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="X",
         help="repeat penalty when a request sets none (default: the model's, else 1.0)",
     )
+    add(
+        "--p-less",
+        action="store_true",
+        help="p-less sampling for requests that set neither p_less nor p_less_norm",
+    )
+    add(
+        "--p-less-norm",
+        action="store_true",
+        help="normalised p-less sampling for requests that set neither p_less nor p_less_norm",
+    )
     add("--no-warmup", action="store_true", help="skip the warm-up run after loading")
     add(
         "--log-level",
@@ -216,6 +226,8 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error("--cache-ram must be -1 (no limit), 0 (off) or a size in MiB")
     if args.chat_template_file is not None and not args.chat_template_file.is_file():
         parser.error(f"--chat-template-file {args.chat_template_file}: no such file")
+    if args.p_less and args.p_less_norm:
+        parser.error("set either --p-less or --p-less-norm, not both")
 
 
 def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServerConfig:
@@ -257,6 +269,8 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         top_k=args.top_k,
         min_p=args.min_p,
         repeat_penalty=args.repeat_penalty,
+        p_less=args.p_less,
+        p_less_norm=args.p_less_norm,
     )
 
 

@@ -63,6 +63,8 @@ class ServerConfig:
     top_k: int | None = None
     min_p: float | None = None
     repeat_penalty: float | None = None
+    p_less: bool = False
+    p_less_norm: bool = False
 
     def sampling_flags(self) -> dict[str, float | None]:
         """The sampling defaults set on the command line (None: not set)."""
@@ -72,6 +74,8 @@ class ServerConfig:
             "top_k": self.top_k,
             "min_p": self.min_p,
             "repeat_penalty": self.repeat_penalty,
+            "p_less": self.p_less or None,
+            "p_less_norm": self.p_less_norm or None,
         }
 
     @property

@@ -16,6 +16,8 @@ class SamplingDefaults:
     min_p: float = 0.05
     repeat_penalty: float = 1.0
     repeat_last_n: int = 64
+    p_less: bool = False
+    p_less_norm: bool = False
 
     def overridden(self, values: Mapping[str, float | None]) -> SamplingDefaults:
         """These defaults with every non-None value of `values` (same names) laid over."""

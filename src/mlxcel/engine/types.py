@@ -35,6 +35,11 @@ class SamplingParams:
     dry_sequence_breakers: tuple[str, ...] = DRY_BREAKERS
     xtc_probability: float = 0.0
     xtc_threshold: float = 0.1
+    p_less: bool = False
+    """p-less sampling (arXiv 2509.23234): after temperature, keep the tokens at least as likely
+    as the distribution's collision probability, sum(p**2)."""
+    p_less_norm: bool = False
+    """Its normalised variant: the threshold (V * sum(p**2) - 1) / (V - 1), V the candidates."""
     logit_bias: tuple[tuple[int, float], ...] = ()
     min_tokens: int = 0
     ignore_eos: bool = False

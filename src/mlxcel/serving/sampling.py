@@ -1,8 +1,8 @@
 """Request sampling fields -> SamplingParams; the one place where defaults are decided.
 
 Order, first that is set wins: the request's field, the server's flag (`--temp`, `--top-p`,
-`--top-k`, `--min-p`, `--repeat-penalty`, `-n`), the model's own generation config, then the
-built-ins below (llama-server's).
+`--top-k`, `--min-p`, `--repeat-penalty`, `--p-less`, `--p-less-norm`, `-n`), the model's own
+generation config, then the built-ins below (llama-server's).
 """
 
 from __future__ import annotations
@@ -16,6 +16,15 @@ from mlxcel.serving.structured import output_schema
 
 def _pick(value: float | None, default: float) -> float:
     return default if value is None else value
+
+
+def _p_less(request: SamplingFields, defaults: SamplingDefaults) -> tuple[bool, bool]:
+    """(p_less, p_less_norm): a request that sets either field picks the variant, or none."""
+    if request.p_less is None and request.p_less_norm is None:
+        return defaults.p_less, defaults.p_less_norm
+    if request.p_less and request.p_less_norm:
+        raise invalid_request("set either p_less or p_less_norm, not both", "p_less_norm")
+    return bool(request.p_less), bool(request.p_less_norm)
 
 
 def sampling_params(
@@ -37,6 +46,7 @@ def sampling_params(
     last_n = int(_pick(request.repeat_last_n, defaults.repeat_last_n))
     breakers = request.dry_sequence_breakers
     schema = output_schema(request)
+    p_less, p_less_norm = _p_less(request, defaults)
     if schema is not None and request.grammar is not None:
         raise invalid_request("set either a grammar or a JSON schema, not both", "grammar")
     return SamplingParams(
@@ -58,6 +68,8 @@ def sampling_params(
         dry_sequence_breakers=DRY_BREAKERS if breakers is None else tuple(breakers),
         xtc_probability=_pick(request.xtc_probability, 0.0),
         xtc_threshold=_pick(request.xtc_threshold, 0.1),
+        p_less=p_less,
+        p_less_norm=p_less_norm,
         logit_bias=tuple((request.logit_bias or {}).items()),
         min_tokens=request.min_tokens,
         ignore_eos=request.ignore_eos,

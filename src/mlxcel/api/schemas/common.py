@@ -54,6 +54,9 @@ class SamplingFields(Strict):
     dry_sequence_breakers: list[str] | None = None
     xtc_probability: float | None = Field(default=None, ge=0.0, le=1.0)
     xtc_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    # p-less sampling (arXiv 2509.23234) and its normalised variant; no hyperparameter.
+    p_less: bool | None = None
+    p_less_norm: bool | None = None
     min_tokens: int = Field(default=0, ge=0)
     ignore_eos: bool = False
     stop_token_ids: list[int] | None = None

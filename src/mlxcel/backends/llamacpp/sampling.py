@@ -64,6 +64,62 @@ def _grammar(vocab: Any, grammar: str) -> Any:
     return sampler
 
 
+# llama_token_data as numpy sees it: {int32 id; float logit; float p}, 12 bytes, no padding.
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+
+
+def p_less_keep(logits: np.ndarray, *, norm: bool) -> np.ndarray:
+    """Which candidates p-less keeps (arXiv 2509.23234), from logits already at temperature.
+
+    A token stays when its probability is at least sum(p**2), the collision probability of the
+    whole distribution; p-less-norm lowers that to (V * sum(p**2) - 1) / (V - 1), V the
+    candidates still in the running (finite logits). The most likely token always stays.
+    """
+    weights = np.exp(logits - logits.max())
+    total = weights.sum(dtype=np.float64)
+    collision = float(np.dot(weights, weights)) / (total * total)
+    if norm:
+        n = int(np.count_nonzero(logits > -np.inf))
+        collision = (n * collision - 1) / (n - 1) if n > 1 else 0.0
+    # p >= threshold is weight >= threshold * total; the top token's weight is exactly 1.
+    return weights >= min(collision * total, 1.0)
+
+
+def _apply_p_less(cur_p: Any, *, norm: bool) -> None:
+    """Move the candidates p-less keeps to the front of the array, in order, and cut it there."""
+    array = cur_p.contents
+    buffer = (ctypes.c_char * (array.size * _TOKEN_DATA.itemsize)).from_address(
+        ctypes.cast(array.data, ctypes.c_void_p).value
+    )
+    data = np.frombuffer(buffer, dtype=_TOKEN_DATA)
+    kept = np.flatnonzero(p_less_keep(data["logit"], norm=norm))
+    data[: kept.size] = data[kept]
+    array.size = kept.size
+
+
+@llama_cpp.llama_sampler_i_apply
+def _p_less_apply(_sampler: Any, cur_p: Any) -> None:
+    _apply_p_less(cur_p, norm=False)
+
+
+@llama_cpp.llama_sampler_i_apply
+def _p_less_norm_apply(_sampler: Any, cur_p: Any) -> None:
+    _apply_p_less(cur_p, norm=True)
+
+
+# One interface per variant, alive as long as the module; each sampler made from one has no
+# state of its own (ctx NULL), so llama_sampler_free only deletes it.
+_P_LESS = {
+    False: llama_cpp.llama_sampler_i(apply=_p_less_apply),
+    True: llama_cpp.llama_sampler_i(apply=_p_less_norm_apply),
+}
+
+
+def p_less_sampler(*, norm: bool) -> Any:
+    """A llama.cpp sampler that runs p-less (or p-less-norm) on the candidates it is given."""
+    return llama_cpp.llama_sampler_init(ctypes.byref(_P_LESS[norm]), None)
+
+
 def _seed(params: SamplingParams) -> int:
     return llama_cpp.LLAMA_DEFAULT_SEED if params.seed is None else params.seed & 0xFFFFFFFF
 
@@ -71,7 +127,8 @@ def _seed(params: SamplingParams) -> int:
 def build_chain(
     vocab: Any, n_vocab: int, n_ctx: int, params: SamplingParams, banned: Iterable[int] = ()
 ) -> Any:
-    """A sampler chain in llama-server's order; `banned` tokens can never be picked."""
+    """A sampler chain in llama-server's order, p-less last before the draw; `banned` tokens can
+    never be picked."""
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
 
     def add(sampler: Any) -> None:
@@ -106,6 +163,8 @@ def build_chain(
             )
         )
     add(llama_cpp.llama_sampler_init_temp(params.temperature))
+    if params.p_less or params.p_less_norm:
+        add(p_less_sampler(norm=params.p_less_norm))
     add(llama_cpp.llama_sampler_init_dist(_seed(params)))
     return chain
 

@@ -56,6 +56,21 @@ def _xtc(logits: mx.array, threshold: float) -> mx.array:
     return mx.where(drop, -mx.inf, logits)
 
 
+def p_less(logits: mx.array, *, norm: bool) -> mx.array:
+    """p-less (arXiv 2509.23234) on logits already at temperature: drop every token less likely
+    than sum(p**2); p-less-norm: than (V * sum(p**2) - 1) / (V - 1), V the finite logits.
+
+    The most likely token always stays.
+    """
+    probs = mx.softmax(logits, axis=-1)
+    threshold = mx.sum(probs * probs, axis=-1, keepdims=True)
+    if norm:
+        n = mx.sum(logits > -mx.inf, axis=-1, keepdims=True).astype(mx.float32)
+        threshold = mx.where(n > 1, (n * threshold - 1) / mx.maximum(n - 1, 1), 0)
+    threshold = mx.minimum(threshold, mx.max(probs, axis=-1, keepdims=True))
+    return mx.where(probs < threshold, -mx.inf, logits)
+
+
 def _top_logprobs(logprobs: mx.array, n: int) -> tuple[tuple[int, float], ...]:
     best = mx.argpartition(-logprobs, kth=n - 1)[:n]
     values = logprobs[best]
@@ -82,7 +97,8 @@ def _processors(params: SamplingParams) -> list[LogitsProcessor]:
 
 
 class SlotSampler:
-    """Grammar, logit bias, penalties, DRY, then greedy or top-k/typical/top-p/min-p/XTC/temp."""
+    """Grammar, logit bias, penalties, DRY, then greedy or top-k/typical/top-p/min-p/XTC/temp,
+    and p-less last before the draw."""
 
     def __init__(
         self,
@@ -150,7 +166,10 @@ class SlotSampler:
             logprobs = mx.where(
                 chance < params.xtc_probability, _xtc(logprobs, params.xtc_threshold), logprobs
             )
-        return mx.random.categorical(logprobs * (1 / params.temperature), key=draw_key)
+        logits = logprobs * (1 / params.temperature)
+        if params.p_less or params.p_less_norm:
+            logits = p_less(logits, norm=params.p_less_norm)
+        return mx.random.categorical(logits, key=draw_key)
 
     def choose(self, logits: mx.array) -> tuple[mx.array, mx.array | None]:
         """Lazily, the next token after raw logits ([vocab]) and, if asked for, their logprobs."""
