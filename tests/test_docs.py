@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -18,7 +19,12 @@ def _help() -> str:
         capture_output=True,
         text=True,
         check=True,
-        env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"},
+        # PYTHONPATH kept: the binary must run this checkout's code, not an installed copy's.
+        env={
+            "COLUMNS": "400",
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        },
     )
     return result.stdout
 
