@@ -22,13 +22,14 @@ import llama_cpp
 import numpy as np
 import openai
 import pytest
-from bench.models import build
+from bench.models import SHAPES, build, tiny
 
 import mlxcel
 from mlxcel.backends.llamacpp.sampling import p_less_keep, p_less_sampler
 from tests.conftest import LLAMA_DIR, start
 from tests.server_process import MLXCEL, ServerProcess
-from tests.test_bench_models import TINY_LLAMA
+
+TINY_LLAMA = tiny(SHAPES["smollm2-135m"])
 
 # (probabilities, kept by p-less, kept by p-less-norm), worked out by hand:
 CASES = [
@@ -244,12 +245,25 @@ def test_every_text_route_and_the_client_take_it(client: openai.OpenAI, engine: 
         )
         return response.output_text
 
+    def messages(body: dict[str, Any]) -> str:
+        with engine.server.http() as http:
+            reply = http.post(
+                "/v1/messages",
+                json={
+                    "model": "default",
+                    "max_tokens": 8,
+                    "messages": [{"role": "user", "content": "Tell me a story."}],
+                    **body,
+                },
+            )
+        return "".join(block.get("text", "") for block in reply.json()["content"])
+
     def native(body: dict[str, Any]) -> str:
         with engine.server.http() as http:
             reply = http.post("/completion", json={"prompt": PROMPT, "n_predict": 8, **body})
         return str(reply.json()["content"])
 
-    for run in (chat, respond, native):
+    for run in (chat, respond, messages, native):
         greedy = run({**extra, "temperature": 0})
         sampled = {run({**extra, "temperature": 2.0, "seed": s, "p_less": True}) for s in (1, 2)}
         assert sampled == {greedy}, run.__name__
