@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from mlxcel.parsers.tools.base import Delta, Reasoning, Text, ToolArguments, ToolStart
+from mlxcel.parsers.tools.base import Delta, Reasoning, Text, ToolArguments, ToolEnd, ToolStart
 from mlxcel.parsers.tools.harmony import HarmonyParser
 
 # Outputs as the format guide (openai/harmony docs/format.md) shows them after `<|start|>assistant`.
@@ -54,11 +54,16 @@ def run_split(output: str, at: int) -> list[Delta]:
 
 
 def merged(deltas: list[Delta]) -> list[Delta]:
-    """Adjacent text of one kind joined; call ids replaced by their index, checked first."""
+    """Adjacent text of one kind joined; call ids replaced by their index, checked first; each
+    call's end checked to follow its arguments, then left out."""
     out: list[Delta] = []
     for delta in deltas:
         last = out[-1] if out else None
-        if isinstance(delta, ToolStart):
+        if isinstance(delta, ToolEnd):
+            assert isinstance(last, ToolArguments) and last.index == delta.index
+            assert delta.markup.startswith("<|channel|>") or " to=" in delta.markup
+            assert last.fragment in delta.markup
+        elif isinstance(delta, ToolStart):
             assert re.fullmatch(r"call_[0-9a-f]{24}", delta.id)
             out.append(ToolStart(delta.index, f"id{delta.index}", delta.name))
         elif isinstance(delta, ToolArguments) and isinstance(last, ToolArguments):
@@ -130,11 +135,19 @@ def test_nothing_is_held_past_what_may_be_a_marker() -> None:
 
 def test_arguments_stream_before_the_call_ends() -> None:
     parser = HarmonyParser()
-    head = parser.feed("<|channel|>commentary to=functions.f <|constrain|>json<|message|>")
+    header = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>"
+    head = parser.feed(header)
     assert [type(d) for d in head] == [ToolStart]
     assert parser.feed('{"a": ') == [ToolArguments(0, '{"a": ')]
     assert parser.feed("1}<|ca") == [ToolArguments(0, "1}")]
-    assert parser.feed("ll|>") == []
+    assert parser.feed("ll|>") == [ToolEnd(0, header + '{"a": 1}<|call|>')]
+
+
+def test_a_call_the_text_ends_inside_is_not_closed() -> None:
+    parser = HarmonyParser()
+    header = "<|channel|>commentary to=functions.f json<|message|>"
+    parser.feed(header + '{"a": 1')
+    assert parser.finish() == [ToolEnd(0, header + '{"a": 1', closed=False)]
 
 
 def test_call_ids_are_distinct() -> None:

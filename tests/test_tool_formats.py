@@ -16,6 +16,7 @@ from mlxcel.parsers.tools import (
     Delta,
     Text,
     ToolArguments,
+    ToolEnd,
     ToolStart,
     detect_parser,
 )
@@ -107,7 +108,11 @@ def test_qwen3_coder_streams_a_call_as_its_parts_complete() -> None:
     assert parser.feed("<parameter=days>\n3\n</parameter>\n</func") == [
         ToolArguments(0, ', "days": 3')
     ]
-    assert parser.feed("tion>\n</tool_call>") == [ToolArguments(0, "}")]
+    markup = (
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n</function>"
+    )
+    assert parser.feed("tion>\n</tool_call>") == [ToolArguments(0, "}"), ToolEnd(0, markup)]
     assert parser.finish() == []
 
 
@@ -226,7 +231,10 @@ def test_deepseek_v3_streams_arguments_without_the_code_fence() -> None:
     assert isinstance(start, ToolStart) and start.name == "run"
     assert parser.feed('{"code": "``') == [ToolArguments(0, '{"code": "')]
     assert parser.feed('`x`"}\n``') == [ToolArguments(0, '```x`"}')]
-    assert parser.feed(f"`{CALL_END}{CALLS_END} after") == [Text(" after")]
+    markup = (
+        f'{CALLS_BEGIN}{CALL_BEGIN}function{SEP}run\n```json\n{{"code": "```x`"}}\n```{CALL_END}'
+    )
+    assert parser.feed(f"`{CALL_END}{CALLS_END} after") == [ToolEnd(0, markup), Text(" after")]
     assert parser.finish() == []
 
 

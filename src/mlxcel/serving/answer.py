@@ -7,7 +7,6 @@ one harmony parser reads the whole answer instead.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,27 +35,22 @@ class AnswerStream:
         self._think = REASONING[reasoning]() if reasoning and not channels else None
         parser = CHANNELS if channels else (tools.parser if tools else None)
         self._calls = ToolStream(parser, tools.tools if tools else None) if parser else None
-        self._answer: list[str] = []
 
     @property
     def calls(self) -> int:
-        """Tool calls started so far."""
+        """Tool calls sent so far."""
         return self._calls.calls if self._calls else 0
-
-    @property
-    def answer_text(self) -> str:
-        """Everything but the <think> reasoning, markup included: content if calls are bad."""
-        return "".join(self._answer)
 
     def feed(self, text: str) -> list[dict[str, Any]]:
         """Deltas for new model output; markup that may continue is held back."""
         return self._split(text, final=False)
 
-    def finish(self) -> list[dict[str, Any]]:
-        """Deltas for whatever was held back."""
-        return self._split("", final=True)
+    def finish(self, truncated: bool = False) -> list[dict[str, Any]]:
+        """Deltas for whatever was held back; `truncated`: max_tokens cut the answer off, so a
+        tool call it was writing is content."""
+        return self._split("", final=True, truncated=truncated)
 
-    def _split(self, text: str, *, final: bool) -> list[dict[str, Any]]:
+    def _split(self, text: str, *, final: bool, truncated: bool = False) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         if self._think is not None:
             thought, text = self._think.feed(text) if text else ("", "")
@@ -65,12 +59,11 @@ class AnswerStream:
                 thought, text = thought + more_thought, text + more_text
             if thought:
                 out.append({"reasoning_content": thought})
-        self._answer.append(text)
         if self._calls is None:
             return [*out, {"content": text}] if text else out
         out += self._calls.feed(text) if text else []
         if final:
-            out += self._calls.finish()
+            out += self._calls.finish(truncated)
         return out
 
 
@@ -83,13 +76,15 @@ class Answer:
     tool_calls: list[dict[str, Any]]
 
 
-def parse_answer(text: str, reasoning: str | None, tools: ToolPlan | None) -> Answer:
-    """A whole answer; a call whose arguments are not JSON leaves the answer as content."""
+def parse_answer(
+    text: str, reasoning: str | None, tools: ToolPlan | None, truncated: bool = False
+) -> Answer:
+    """A whole answer, split as a stream of it is; `truncated`: max_tokens cut it off."""
     stream = AnswerStream(reasoning, tools)
     content: list[str] = []
     thoughts: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
-    for delta in stream.feed(text) + stream.finish():
+    for delta in stream.feed(text) + stream.finish(truncated):
         content.append(delta.get("content", ""))
         thoughts.append(delta.get("reasoning_content", ""))
         for call in delta.get("tool_calls", []):
@@ -99,11 +94,6 @@ def parse_answer(text: str, reasoning: str | None, tools: ToolPlan | None) -> An
             entry["function"]["arguments"] += function.get("arguments", "")
     thought = "".join(thoughts) or None
     tool_calls = [{k: v for k, v in c.items() if k != "index"} for _, c in sorted(calls.items())]
-    for call in tool_calls:
-        try:
-            json.loads(call["function"]["arguments"])
-        except ValueError:
-            return Answer(stream.answer_text, thought, [])
     joined = "".join(content)
     if tool_calls:
         return Answer(joined.strip() or None, thought, tool_calls)

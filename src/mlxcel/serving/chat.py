@@ -133,7 +133,7 @@ def _thinking(reasoning: str | None) -> dict[str, Any]:
 
 
 def _message(text: str, finish: str, job: ChatJob) -> tuple[dict[str, Any], str]:
-    answer = parse_answer(text, job.reasoning, job.tools)
+    answer = parse_answer(text, job.reasoning, job.tools, truncated=finish == "length")
     message: dict[str, Any] = {"role": "assistant", "content": answer.content}
     if job.reasoning is not None or answer.reasoning is not None:
         message.update(_thinking(answer.reasoning))
@@ -216,7 +216,7 @@ async def chat_chunks(job: ChatJob, include_usage: bool) -> AsyncIterator[dict[s
         answer = answers[position]
         deltas = answer.feed(event.text) if event.text else []
         if event.finish_reason is not None:
-            deltas += answer.finish()
+            deltas += answer.finish(truncated=event.finish_reason == "length")
         for delta in deltas:
             if "reasoning_content" in delta:
                 thoughts.setdefault(position, []).append(delta["reasoning_content"])

@@ -71,7 +71,8 @@ class OutputItems:
 
     def finish(self, status: str) -> list[dict[str, Any]]:
         """Events that flush what parsers held back and close every item with `status`."""
-        out = self._events(self._answer.finish())
+        # An incomplete (cut off) or failed response's unfinished call is message text.
+        out = self._events(self._answer.finish(truncated=status != "completed"))
         if self._message() is None and not self.calls:
             out += self._open_message()  # an answer always has a message or a call
         out += self._close(status)

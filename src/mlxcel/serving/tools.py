@@ -18,8 +18,8 @@ from mlxcel.parsers.tools import (
     Reasoning,
     Text,
     ToolArguments,
-    ToolCallParser,
     ToolStart,
+    WholeCalls,
     detect_parser,
 )
 from mlxcel.serving.chat_template import CHATML
@@ -121,19 +121,24 @@ class ToolStream:
     """One choice's output split into content and OpenAI tool-call deltas as it streams.
 
     `tools` are the request's: a format whose values are raw text types them by their schema.
+    Each call goes out once it has ended (see WholeCalls), so none is sent broken.
     """
 
     def __init__(self, parser: str, tools: list[dict[str, Any]] | None = None) -> None:
-        self._parser: ToolCallParser = PARSERS[parser](tools)
-        self.calls = 0
+        self._parser = WholeCalls(PARSERS[parser](tools))
+
+    @property
+    def calls(self) -> int:
+        """Tool calls sent so far."""
+        return self._parser.calls
 
     def feed(self, text: str) -> list[dict[str, Any]]:
         """Chat deltas for new text."""
         return self._deltas(self._parser.feed(text))
 
-    def finish(self) -> list[dict[str, Any]]:
-        """Chat deltas for what was held back."""
-        return self._deltas(self._parser.finish())
+    def finish(self, truncated: bool = False) -> list[dict[str, Any]]:
+        """Chat deltas for what was held back; `truncated`: max_tokens cut the text off."""
+        return self._deltas(self._parser.finish(truncated))
 
     def _deltas(self, deltas: list[Any]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -141,7 +146,6 @@ class ToolStream:
             if isinstance(delta, Text):
                 out.append({"content": delta.text})
             elif isinstance(delta, ToolStart):
-                self.calls += 1
                 function = {"name": delta.name, "arguments": ""}
                 call = {"index": delta.index, "id": delta.id, "type": "function"}
                 out.append({"tool_calls": [{**call, "function": function}]})

@@ -12,6 +12,7 @@ from mlxcel.parsers.tools.base import (
     Text,
     ToolArguments,
     ToolCallParser,
+    ToolEnd,
     ToolStart,
 )
 from mlxcel.parsers.tools.grammar import (
@@ -23,6 +24,7 @@ from mlxcel.parsers.tools.grammar import (
 )
 from mlxcel.parsers.tools.hermes import HermesParser
 from mlxcel.parsers.tools.json_calls import bare_json, llama3_json, mistral
+from mlxcel.parsers.tools.whole import WholeCalls
 
 
 class ParserFactory(Protocol):
@@ -117,7 +119,9 @@ __all__ = [
     "Text",
     "ToolArguments",
     "ToolCallParser",
+    "ToolEnd",
     "ToolStart",
     "Tools",
+    "WholeCalls",
     "detect_parser",
 ]

@@ -31,22 +31,36 @@ class ToolArguments:
 
 
 @dataclass(frozen=True)
+class ToolEnd:
+    """A started tool call is over: `closed` when its closing markup came, not when the text
+    ended (or went on) inside it. `markup` is all its text, the content it is if not used."""
+
+    index: int
+    markup: str
+    closed: bool = True
+
+
+@dataclass(frozen=True)
 class Reasoning:
     """Chain of thought, for the client's reasoning field (formats with channels, like harmony)."""
 
     text: str
 
 
-Delta = Text | ToolStart | ToolArguments | Reasoning
+Delta = Text | ToolStart | ToolArguments | ToolEnd | Reasoning
 
 
 class ToolCallParser(Protocol):
-    """A streaming state machine: text in, content and tool-call deltas out."""
+    """A streaming state machine: text in, content and tool-call deltas out.
+
+    Every ToolStart is followed, after its arguments, by a ToolEnd of the same index.
+    """
 
     def feed(self, text: str) -> list[Delta]:
         """Deltas that `text` completes; markup that may still continue is held back."""
         ...
 
     def finish(self) -> list[Delta]:
-        """Whatever is held back at the end; an unfinished or malformed call is content."""
+        """Whatever is held back at the end; markup that never became a call is content, and
+        a call that started ends with a ToolEnd (not closed, if the text ended inside it)."""
         ...

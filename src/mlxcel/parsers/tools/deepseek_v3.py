@@ -17,7 +17,7 @@ import re
 import uuid
 
 from mlxcel.parsers.markup import held_prefix
-from mlxcel.parsers.tools.base import Delta, Text, ToolArguments, ToolStart
+from mlxcel.parsers.tools.base import Delta, Text, ToolArguments, ToolEnd, ToolStart
 from mlxcel.parsers.tools.grammar import Tools, calls_rule, json_rules, literal, parameters
 from mlxcel.parsers.tools.tagged import TaggedCallsParser
 
@@ -47,13 +47,16 @@ class DeepSeekV3Parser(TaggedCallsParser):
         self._in_block = False  # the calls began with CALLS_BEGIN
         self._start: int | None = None  # where the arguments begin, past any code fence
         self._sent = 0
+        self._markup = ""  # the started call's text up to its arguments
 
     def finish(self) -> list[Delta]:
         if self._state == _ARGUMENTS:
-            # Unfinished: the arguments get the rest as written (not JSON, so a whole message
-            # stays content).
+            # Unfinished: the arguments get the rest as written, fence and all.
             rest = self._buffer[self._start or 0 :][self._sent :]
-            deltas: list[Delta] = [ToolArguments(self._calls - 1, rest)] if rest else []
+            end = ToolEnd(self._calls - 1, self._markup + self._buffer, closed=False)
+            deltas: list[Delta] = [ToolArguments(self._calls - 1, rest), end] if rest else [end]
+        elif self._state == _BLOCK and not self._raw and CALLS_END.startswith(self._buffer.strip()):
+            deltas = []  # after a call, (the start of) the block's end
         else:
             rest = self._raw + self._buffer
             deltas = [Text(rest)] if rest else []
@@ -111,6 +114,7 @@ class DeepSeekV3Parser(TaggedCallsParser):
             return self._not_a_call(deltas)
         self._calls += 1
         deltas.append(ToolStart(self._calls - 1, f"call_{uuid.uuid4().hex[:24]}", name))
+        self._markup = self._raw + self._buffer[: len(self._buffer) - len(rest)]
         self._buffer, self._raw, self._start, self._sent = rest, "", None, 0
         self._state = _ARGUMENTS
         return True
@@ -129,6 +133,8 @@ class DeepSeekV3Parser(TaggedCallsParser):
                 self._sent = len(arguments)
         if end < 0:
             return False
+        markup = self._markup + self._buffer[: end + len(CALL_END)]
+        deltas.append(ToolEnd(self._calls - 1, markup))
         self._buffer = self._buffer[end + len(CALL_END) :]
         self._state = _BLOCK if self._in_block else _OUTSIDE
         return True

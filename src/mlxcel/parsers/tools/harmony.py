@@ -19,7 +19,7 @@ import re
 import uuid
 
 from mlxcel.parsers.markup import held_prefix
-from mlxcel.parsers.tools.base import Delta, Reasoning, Text, ToolArguments, ToolStart
+from mlxcel.parsers.tools.base import Delta, Reasoning, Text, ToolArguments, ToolEnd, ToolStart
 from mlxcel.parsers.tools.grammar import Tools, json_rules, literal, parameters
 
 START, END, MESSAGE = "<|start|>", "<|end|>", "<|message|>"
@@ -52,6 +52,7 @@ class HarmonyParser:
         self._opened = ""  # the <|start|> of the header being read, echoed if it is malformed
         self._kind = "content"
         self._calls = 0
+        self._markup = ""  # the call being read, from its header
 
     def feed(self, text: str) -> list[Delta]:
         """Deltas that `text` completes; a marker that may still be arriving is held back."""
@@ -64,6 +65,9 @@ class HarmonyParser:
     def finish(self) -> list[Delta]:
         """What is held back: an unfinished header is content, an unfinished body its kind's."""
         rest, self._buffer = self._buffer, ""
+        if self._in_body and self._kind == "call":
+            # <|call|> is a stop token: the text often ends without it.
+            return [*self._emit(rest), self._end_call(closed=False)]
         if self._in_body:
             return self._emit(rest)
         rest, self._opened = self._opened + rest, ""
@@ -101,9 +105,15 @@ class HarmonyParser:
         # A <|start|> stays for the next header to read.
         self._buffer = self._buffer[at if marker == START else at + len(marker) :]
         if self._kind == "call":
-            self._calls += 1
+            self._markup += "" if marker == START else marker
+            deltas.append(self._end_call(closed=True))
         self._in_body = False
         return True
+
+    def _end_call(self, *, closed: bool) -> ToolEnd:
+        end = ToolEnd(self._calls, self._markup, closed)
+        self._calls, self._markup = self._calls + 1, ""
+        return end
 
     def _open(self, header: str) -> list[Delta]:
         """Start a message's body; the deltas its header gives (a call's start, or echo)."""
@@ -116,7 +126,7 @@ class HarmonyParser:
             return [Text(opened + header + MESSAGE)]
         name = recipient.removeprefix(_FUNCTIONS) if recipient.startswith(_FUNCTIONS) else ""
         if name:
-            self._kind = "call"
+            self._kind, self._markup = "call", opened + header + MESSAGE
             return [ToolStart(self._calls, f"call_{uuid.uuid4().hex[:24]}", name)]
         # Built-in tools (browser, python) are addressed from the chain of thought.
         self._kind = "reasoning" if recipient or match["channel"] == "analysis" else "content"
@@ -126,6 +136,7 @@ class HarmonyParser:
         if not text:
             return []
         if self._kind == "call":
+            self._markup += text
             return [ToolArguments(self._calls, text)]
         return [Reasoning(text) if self._kind == "reasoning" else Text(text)]
 

@@ -7,7 +7,7 @@ import re
 import uuid
 
 from mlxcel.parsers.markup import held_prefix
-from mlxcel.parsers.tools.base import Delta, Text, ToolArguments, ToolStart
+from mlxcel.parsers.tools.base import Delta, Text, ToolArguments, ToolEnd, ToolStart
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _NAME = re.compile(r'^\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
@@ -22,6 +22,7 @@ class HermesParser:
         self._calls = 0
         self._started = False
         self._sent = 0
+        self._markup = ""  # the started call's text read so far, from its <tool_call>
 
     def feed(self, text: str) -> list[Delta]:
         self._buffer += text
@@ -32,16 +33,12 @@ class HermesParser:
                 return deltas
 
     def finish(self) -> list[Delta]:
-        if not self._buffer:
-            return []
-        if self._inside and not self._started:
-            rest, self._buffer = OPEN + self._buffer, ""
-            return [Text(rest)]
-        if self._inside:
-            body, self._buffer = self._buffer, ""
-            return self._close(body)
         rest, self._buffer = self._buffer, ""
-        return [Text(rest)]
+        if self._inside and self._started:
+            return self._close(rest, closed=False)
+        if self._inside:
+            rest = OPEN + rest
+        return [Text(rest)] if rest else []
 
     def _outside_call(self, deltas: list[Delta]) -> bool:
         at = self._buffer.find(OPEN)
@@ -73,13 +70,16 @@ class HermesParser:
             name = json.loads(f'"{match.group(1)}"')
             deltas.append(ToolStart(self._calls, f"call_{uuid.uuid4().hex[:24]}", name))
             self._started = True
+            self._markup = OPEN + self._buffer[: match.end()]
             self._buffer = self._buffer[match.end() :]
         if self._sent == 0:  # whitespace before the arguments may arrive after the name
-            self._buffer = self._buffer.lstrip()
+            arguments = self._buffer.lstrip()
+            self._markup += self._buffer[: len(self._buffer) - len(arguments)]
+            self._buffer = arguments
         end = self._buffer.find(CLOSE)
         if end >= 0:
             body, self._buffer = self._buffer[:end], self._buffer[end + len(CLOSE) :]
-            deltas.extend(self._close(body))
+            deltas.extend(self._close(body, closed=True))
             return True
         # Hold back what may be the outer object's "}" and the start of the closing tag.
         body = self._buffer[: len(self._buffer) - held_prefix(self._buffer, CLOSE)].rstrip()
@@ -89,14 +89,19 @@ class HermesParser:
             self._sent = cut
         return False
 
-    def _close(self, body: str) -> list[Delta]:
-        """The rest of a started call's arguments: `body` minus the outer object's "}"."""
-        arguments = body.rstrip()
+    def _close(self, body: str, *, closed: bool) -> list[Delta]:
+        """The rest of a started call's arguments, `body` minus the outer object's "}" (and,
+        when the text ended first, the start of a closing tag), then its end."""
+        markup = self._markup + body + (CLOSE if closed else "")
+        arguments = body if closed else body[: len(body) - held_prefix(body, CLOSE)]
+        arguments = arguments.rstrip()
         if arguments.endswith("}"):
             arguments = arguments[:-1].rstrip()
         rest = arguments[self._sent :]
-        self._inside, self._calls = False, self._calls + 1
-        return [ToolArguments(self._calls - 1, rest)] if rest else []
+        index = self._calls
+        self._inside, self._calls, self._markup = False, index + 1, ""
+        end = ToolEnd(index, markup, closed)
+        return [ToolArguments(index, rest), end] if rest else [end]
 
     def _whole(self, body: str) -> list[Delta]:
         try:
@@ -108,4 +113,5 @@ class HermesParser:
         return [
             ToolStart(index, f"call_{uuid.uuid4().hex[:24]}", str(name)),
             ToolArguments(index, json.dumps(arguments)),
+            ToolEnd(index, OPEN + body + CLOSE),
         ]

@@ -3,6 +3,7 @@
 
 A call's JSON is only known once it closes, so these parsers hold it and emit each call whole
 (its start, then its arguments in one fragment); text that is not a call streams as content.
+A list of calls that the text's end cut off keeps the calls it completed; the rest is content.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import uuid
 from typing import Any
 
 from mlxcel.parsers.markup import held_prefix
-from mlxcel.parsers.tools.base import Delta, Text, ToolArguments, ToolStart
+from mlxcel.parsers.tools.base import Delta, Text, ToolArguments, ToolEnd, ToolStart
 
 
 class JsonCallsParser:
@@ -36,10 +37,10 @@ class JsonCallsParser:
             # Markers are often control tokens that detokenize to nothing: an answer that
             # opens with JSON is read as calls too.
             head = self._buffer.lstrip()
-            if not head:
-                return []
+            if not head or (self._marker and self._marker.startswith(head)):
+                return []  # nothing yet, or what may still become the marker
             self._decided = True
-            if head[0] in "{[":
+            if head[0] in "{[" and not (self._marker and head.startswith(self._marker)):
                 self._calls_text, self._buffer = head, ""
                 return []
         if not self._marker:
@@ -59,29 +60,55 @@ class JsonCallsParser:
         if self._calls_text is None:
             rest, self._buffer = self._buffer, ""
             return [Text(rest)] if rest else []
-        calls = self._parse(self._calls_text)
-        if calls is None:
+        calls, rest = self._parse(self._calls_text)
+        if not calls:
             return [Text(self._prefix + self._calls_text)]
         deltas: list[Delta] = []
-        for name, arguments in calls:
+        for name, arguments, markup in calls:
             deltas.append(ToolStart(self._calls, f"call_{uuid.uuid4().hex[:24]}", name))
             deltas.append(ToolArguments(self._calls, json.dumps(arguments)))
+            deltas.append(ToolEnd(self._calls, markup))
             self._calls += 1
-        return deltas
+        return [*deltas, Text(rest)] if rest else deltas
 
-    def _parse(self, text: str) -> list[tuple[str, Any]] | None:
+    def _parse(self, text: str) -> tuple[list[tuple[str, Any, str]], str]:
+        """The calls in `text` (name, arguments, markup), and what follows the last whole one:
+        all of a JSON value, or the calls a list completed before the text ended."""
         try:
             value = json.loads(text)
         except ValueError:
-            return None
+            return self._completed(text)
         items = value if isinstance(value, list) else [value]
-        calls = []
-        for item in items:
-            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-                return None
-            arguments: Any = next((item[k] for k in self._keys if k in item), {})
-            calls.append((item["name"], arguments))
-        return calls or None
+        calls = [self._call(item, json.dumps(item)) for item in items]
+        if not calls or None in calls:
+            return [], text
+        return [c for c in calls if c is not None], ""
+
+    def _completed(self, text: str) -> tuple[list[tuple[str, Any, str]], str]:
+        """The calls a list completed before the text's end cut it off, and the rest."""
+        head = text.lstrip()
+        if not head.startswith("["):
+            return [], text
+        decoder = json.JSONDecoder()
+        calls: list[tuple[str, Any, str]] = []
+        at = len(text) - len(head) + 1
+        while True:
+            at += len(text[at:]) - len(text[at:].lstrip(" \t\r\n,"))
+            try:
+                item, end = decoder.raw_decode(text, at)
+            except ValueError:
+                return calls, text[at:]
+            call = self._call(item, text[at:end])
+            if call is None:
+                return [], text
+            calls.append(call)
+            at = end
+
+    def _call(self, item: Any, markup: str) -> tuple[str, Any, str] | None:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            return None
+        arguments: Any = next((item[k] for k in self._keys if k in item), {})
+        return item["name"], arguments, markup
 
 
 def llama3_json() -> JsonCallsParser:

@@ -22,7 +22,7 @@ from typing import Any
 
 from llama_cpp.llama_grammar import SchemaConverter
 
-from mlxcel.parsers.tools.base import Delta, Text, ToolArguments, ToolStart
+from mlxcel.parsers.tools.base import Delta, Text, ToolArguments, ToolEnd, ToolStart
 from mlxcel.parsers.tools.grammar import Tools, calls_rule, json_rules, literal, parameters
 from mlxcel.parsers.tools.tagged import TaggedCallsParser
 
@@ -49,13 +49,29 @@ class Qwen3CoderParser(TaggedCallsParser):
         self._wrapped = False  # the call opened with <tool_call>, so </tool_call> closes it
         self._properties: dict[str, Any] = {}
         self._params = 0
+        self._markup = ""  # the started call's text read so far
 
     def finish(self) -> list[Delta]:
-        # A started call that never closed keeps its unclosed arguments (not JSON, so a whole
-        # message stays content); the text it had not used yet is content.
-        rest = (self._raw if self._state in (_OPENED, _NAMING) else "") + self._buffer
-        self._buffer, self._raw, self._state = "", "", _OUTSIDE
+        rest, state = self._buffer, self._state
+        self._buffer, self._state = "", _OUTSIDE
+        if state == _BODY:  # a started call the text ended inside: all of it is its markup
+            self._markup += rest
+            return [self._end(closed=False)]
+        if state == _AFTER and CLOSE.startswith(rest.strip()):
+            return []  # what came after the call was (the start of) its </tool_call>
+        rest = (self._raw if state in (_OPENED, _NAMING) else "") + rest
+        self._raw = ""
         return [Text(rest)] if rest else []
+
+    def _end(self, *, closed: bool) -> ToolEnd:
+        end = ToolEnd(self._calls - 1, self._markup, closed)
+        self._markup = ""
+        return end
+
+    def _consume(self, rest: str) -> None:
+        """Keep `rest`, the end of the buffer; what comes before it is the call's markup."""
+        self._markup += self._buffer[: len(self._buffer) - len(rest)]
+        self._buffer = rest
 
     def _step(self, deltas: list[Delta]) -> bool:
         steps = (self._outside, self._opened, self._naming, self._body, self._after)
@@ -86,7 +102,8 @@ class Qwen3CoderParser(TaggedCallsParser):
         self._calls += 1
         deltas.append(ToolStart(self._calls - 1, f"call_{uuid.uuid4().hex[:24]}", name))
         self._properties = (self._schemas.get(name) or {}).get("properties") or {}
-        self._buffer, self._raw, self._params = self._buffer[end + 1 :], "", 0
+        self._markup, self._raw, self._params = self._raw, "", 0
+        self._consume(self._buffer[end + 1 :])
         self._state = _BODY
         return True
 
@@ -96,20 +113,25 @@ class Qwen3CoderParser(TaggedCallsParser):
             return self._parameter(head, deltas)
         if head.startswith(FUNCTION_END):
             deltas.append(ToolArguments(self._calls - 1, "}" if self._params else "{}"))
-            self._buffer = head[len(FUNCTION_END) :]
+            self._consume(head[len(FUNCTION_END) :])
+            deltas.append(self._end(closed=True))
             self._state = _AFTER if self._wrapped else _OUTSIDE
             return True
         if PARAMETER.startswith(head) or FUNCTION_END.startswith(head):
             return False
-        self._state = _OUTSIDE  # not markup: the call stays unclosed, the text is content
+        return self._unclosed(deltas)
+
+    def _unclosed(self, deltas: list[Delta]) -> bool:
+        """Not markup: the call ends unclosed, and the text from here on is content."""
+        deltas.append(self._end(closed=False))
+        self._state = _OUTSIDE
         return True
 
     def _parameter(self, head: str, deltas: list[Delta]) -> bool:
         close = head.find(">", len(PARAMETER))
         name = head[len(PARAMETER) : close if close >= 0 else None]
         if _NOT_NAME.search(name) or (close >= 0 and not name.strip()):
-            self._state = _OUTSIDE  # not markup: the call stays unclosed, the text is content
-            return True
+            return self._unclosed(deltas)
         if close < 0:
             return False
         # A value ends at its </parameter>, or at the next tag when the model left that out.
@@ -122,7 +144,7 @@ class Qwen3CoderParser(TaggedCallsParser):
         value = value[1:] if value.startswith("\n") else value
         value = value[:-1] if value.endswith("\n") else value
         rest = head[min(ends) :]
-        self._buffer = rest[len(PARAMETER_END) :] if rest.startswith(PARAMETER_END) else rest
+        self._consume(rest[len(PARAMETER_END) :] if rest.startswith(PARAMETER_END) else rest)
         name = name.strip()
         typed = convert(value, self._properties.get(name))
         pair = f"{json.dumps(name, ensure_ascii=False)}: {json.dumps(typed, ensure_ascii=False)}"
