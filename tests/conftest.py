@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -30,6 +31,15 @@ def serving(tmp: pytest.TempPathFactory, name: str, *args: str) -> Iterator[Serv
     proc = start(tmp.mktemp(name), *args)
     yield proc
     proc.stop()
+
+
+def applied_prompt(server: ServerProcess, messages: list[dict[str, Any]], **body: Any) -> str:
+    """The prompt that POST /apply-template makes of a chat request."""
+    with server.http() as http:
+        response = http.post("/apply-template", json={"messages": messages, **body})
+    assert response.status_code == 200, response.text
+    prompt: str = response.json()["prompt"]
+    return prompt
 
 
 @pytest.fixture(scope="session")

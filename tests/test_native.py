@@ -133,9 +133,9 @@ def test_stop_word(http: httpx.Client) -> None:
     assert result["content"] == full[: full.index(stop)]
 
 
-def test_completions_alias_and_max_tokens_fallback(http: httpx.Client) -> None:
+def test_max_tokens_fallback(http: httpx.Client) -> None:
     body = {"prompt": COUNTING, "max_tokens": 3, "temperature": 0}
-    result = ok(http.post("/completions", json=body))
+    result = ok(http.post("/completion", json=body))
     assert result["tokens_predicted"] == 3
     assert result["content"] == complete(http, prompt=COUNTING, n_predict=3)["content"]
 

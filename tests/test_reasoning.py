@@ -11,7 +11,7 @@ import pytest
 
 from mlxcel.api.schemas.responses import ResponsesRequest
 from mlxcel.serving.responses_input import chat_messages
-from tests.conftest import start
+from tests.conftest import applied_prompt, start
 from tests.server_process import ServerProcess
 
 TEMPLATE = Path(__file__).parent / "data" / "thinking_template.jinja"
@@ -37,11 +37,7 @@ def client(thinker: ServerProcess) -> openai.OpenAI:
 
 
 def _prompt(thinker: ServerProcess, **body: Any) -> str:
-    with thinker.http() as http:
-        response = http.post("/apply-template", json={"messages": HELLO, **body})
-    assert response.status_code == 200, response.text
-    prompt: str = response.json()["prompt"]
-    return prompt
+    return applied_prompt(thinker, HELLO, **body)
 
 
 def test_reasoning_effort_reaches_the_template(thinker: ServerProcess) -> None:

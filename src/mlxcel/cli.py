@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -10,7 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mlxcel import config as defaults
-from mlxcel.config import ServerConfig
+from mlxcel.chat_templates import BUILTIN_TEMPLATES
+from mlxcel.config import ServerConfig, parse_origins
 from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
 from mlxcel.parsers.tools import PARSERS
 
@@ -26,7 +28,12 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="GGUF file, MLX or Hugging Face model directory, or hub id like org/name "
         "(default: the embedded SmolLM2-135M-Instruct)",
     )
-    add("-a", "--alias", metavar="NAME", help="served model name (default: the file stem)")
+    add(
+        "-a",
+        "--alias",
+        metavar="NAME[,NAME]",
+        help="served model names, comma-separated; the first is its id (default: the file stem)",
+    )
     add(
         "--backend",
         choices=defaults.BACKENDS,
@@ -197,6 +204,112 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=defaults.DEFAULT_LOG_LEVEL,
         help="log verbosity (default: %(default)s)",
     )
+    _llama_server_arguments(parser)
+
+
+# llama.cpp's spellings of on, off and auto (common/arg.cpp).
+_SWITCH = {
+    **dict.fromkeys(("on", "enabled", "true", "1"), "on"),
+    **dict.fromkeys(("off", "disabled", "false", "0"), "off"),
+    **dict.fromkeys(("auto", "-1"), "auto"),
+}
+
+
+def _switch(value: str) -> str:
+    try:
+        return _SWITCH[value.lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"'{value}' is not on, off or auto") from None
+
+
+def _gpu_layers(value: str) -> int:
+    if value.lower() in ("auto", "all"):
+        return -1
+    try:
+        layers = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a number, auto or all") from None
+    if layers < -1:
+        raise argparse.ArgumentTypeError("must be -1 (all), 0 or more")
+    return layers
+
+
+def _llama_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags as llama-server users type them: names, CORS, seed, templates, offload."""
+    add = parser.add_argument
+    add(
+        "--strict-model-names",
+        action="store_true",
+        help="404 for a request naming a model not served, instead of serving it with the "
+        "one model there is",
+    )
+    add(
+        "--cors-origins",
+        metavar="ORIGIN[,ORIGIN]",
+        help="let browser apps on these origins (or '*' for any) call the server; off by "
+        "default (API keys still apply)",
+    )
+    add(
+        "-s",
+        "--seed",
+        type=int,
+        default=-1,
+        metavar="N",
+        help="seed for requests that set none; -1 = a random one each (default: %(default)s)",
+    )
+    add(
+        "-rea",
+        "--reasoning",
+        type=_switch,
+        default="auto",
+        metavar="on|off|auto",
+        help="enable_thinking for chat templates when a request does not set it; auto and on "
+        "pass true, off false (default: %(default)s)",
+    )
+    add(
+        "--chat-template",
+        metavar="NAME|JINJA",
+        help="a built-in template by llama-server's name "
+        f"({', '.join(sorted(BUILTIN_TEMPLATES))}), or Jinja template text",
+    )
+    add(
+        "--chat-template-kwargs",
+        metavar="JSON",
+        help="a JSON object of variables for the chat template, under the request's own",
+    )
+    add(
+        "--jinja",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="render the model's Jinja template; --no-jinja uses the built-in template of the "
+        "model's format instead, as llama-server does (default: jinja)",
+    )
+    add(
+        "-ngl",
+        "--gpu-layers",
+        "--n-gpu-layers",
+        dest="n_gpu_layers",
+        type=_gpu_layers,
+        metavar="N|auto|all",
+        help="llama.cpp: layers to offload to the GPU (default: llama.cpp's, all on a GPU build)",
+    )
+    add(
+        "-fa",
+        "--flash-attn",
+        type=_switch,
+        nargs="?",
+        const="on",
+        default="auto",
+        metavar="on|off|auto",
+        help="llama.cpp: flash attention (default: %(default)s)",
+    )
+    add(
+        "--mmap",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="llama.cpp: memory-map the weights; --no-mmap reads them in (default: mmap)",
+    )
+    add("--mlock", action="store_true", help="llama.cpp: keep the weights in RAM (no swapping)")
 
 
 def _api_keys(args: argparse.Namespace) -> tuple[str, ...]:
@@ -228,6 +341,38 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error(f"--chat-template-file {args.chat_template_file}: no such file")
     if args.p_less and args.p_less_norm:
         parser.error("set either --p-less or --p-less-norm, not both")
+    _check_llama_server_arguments(parser, args)
+
+
+def _check_llama_server_arguments(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> None:
+    if args.alias is not None and not args.alias.replace(",", "").strip():
+        parser.error("--alias needs at least one name")
+    if args.seed < -1:
+        parser.error("--seed must be -1 (random) or a seed")
+    if args.chat_template is not None:
+        if args.chat_template_file is not None:
+            parser.error("set either --chat-template or --chat-template-file, not both")
+        if args.chat_template not in BUILTIN_TEMPLATES and not any(
+            mark in args.chat_template for mark in ("{{", "{%")
+        ):
+            names = ", ".join(sorted(BUILTIN_TEMPLATES))
+            parser.error(
+                f"--chat-template '{args.chat_template}': not a template ({names}) or Jinja"
+            )
+    if args.chat_template_kwargs is not None:
+        try:
+            kwargs = json.loads(args.chat_template_kwargs)
+        except ValueError as exc:
+            parser.error(f"--chat-template-kwargs is not JSON: {exc}")
+        if not isinstance(kwargs, dict):
+            parser.error("--chat-template-kwargs must be a JSON object")
+    if args.cors_origins is not None:
+        try:
+            parse_origins(args.cors_origins)
+        except ValueError as exc:
+            parser.error(str(exc))
 
 
 def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServerConfig:
@@ -271,6 +416,17 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         repeat_penalty=args.repeat_penalty,
         p_less=args.p_less,
         p_less_norm=args.p_less_norm,
+        strict_model_names=args.strict_model_names,
+        cors_origins=parse_origins(args.cors_origins) if args.cors_origins else (),
+        seed=None if args.seed == -1 else args.seed,
+        reasoning=args.reasoning,
+        chat_template=args.chat_template,
+        chat_template_kwargs=json.loads(args.chat_template_kwargs or "{}"),
+        jinja=args.jinja,
+        n_gpu_layers=args.n_gpu_layers,
+        flash_attn=args.flash_attn,
+        mmap=args.mmap,
+        mlock=args.mlock,
     )
 
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -21,6 +24,23 @@ DEFAULT_LOG_LEVEL = "info"
 DEFAULT_BACKEND = "auto"
 BACKENDS = ("auto", "llamacpp", "mlx")
 API_KEY_ENV = "MLXCEL_API_KEY"
+ANY_ORIGIN = "*"
+
+
+def parse_origins(value: str) -> tuple[str, ...]:
+    """--cors-origins: `*` or comma-separated origins like http://localhost:3000."""
+    origins = tuple(o.strip().rstrip("/") for o in value.split(",") if o.strip())
+    if not origins:
+        raise ValueError("--cors-origins needs '*' or at least one origin")
+    for origin in origins:
+        if origin == ANY_ORIGIN:
+            continue
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path:
+            raise ValueError(
+                f"--cors-origins: '{origin}' is not an origin (scheme://host[:port], or '*')"
+            )
+    return origins
 
 
 def default_threads() -> int:
@@ -65,6 +85,17 @@ class ServerConfig:
     repeat_penalty: float | None = None
     p_less: bool = False
     p_less_norm: bool = False
+    strict_model_names: bool = False
+    cors_origins: tuple[str, ...] = ()
+    seed: int | None = None
+    reasoning: str = "auto"
+    chat_template: str | None = None
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    jinja: bool = True
+    n_gpu_layers: int | None = None
+    flash_attn: str = "auto"
+    mmap: bool = True
+    mlock: bool = False
 
     def sampling_flags(self) -> dict[str, float | None]:
         """The sampling defaults set on the command line (None: not set)."""
@@ -78,11 +109,39 @@ class ServerConfig:
             "p_less_norm": self.p_less_norm or None,
         }
 
+    def llamacpp_only_flags(self) -> list[str]:
+        """The flags set that only the llama.cpp backend acts on."""
+        flags = {
+            "--n-gpu-layers": self.n_gpu_layers is not None,
+            "--flash-attn": self.flash_attn != "auto",
+            "--no-mmap": not self.mmap,
+            "--mlock": self.mlock,
+        }
+        return [flag for flag, given in flags.items() if given]
+
+    def template_defaults(self) -> dict[str, Any]:
+        """What chat templates get unless a request sets it: --chat-template-kwargs, and
+        `enable_thinking` from --reasoning (true for auto, as llama-server passes it)."""
+        defaults = dict(self.chat_template_kwargs)
+        if self.reasoning != "auto" or "enable_thinking" not in defaults:
+            defaults["enable_thinking"] = self.reasoning != "off"
+        return defaults
+
+    @property
+    def served_names(self) -> tuple[str, ...]:
+        """Every name the model answers to: --alias's (comma-separated), else the hub id, file
+        stem or directory name."""
+        aliases = tuple(dict.fromkeys(a.strip() for a in (self.alias or "").split(",")))
+        aliases = tuple(a for a in aliases if a)
+        if aliases:
+            return aliases
+        if self.hub_id:
+            return (self.hub_id,)
+        # A directory's name is kept whole: "Qwen2.5-0.5B" has no suffix to drop.
+        gguf = self.model.suffix.lower() == ".gguf"
+        return (self.model.stem if gguf else self.model.name,)
+
     @property
     def served_name(self) -> str:
-        """The model id clients see: the alias, else the hub id, file stem or directory name."""
-        named = self.alias or self.hub_id
-        if named:
-            return named
-        # A directory's name is kept whole: "Qwen2.5-0.5B" has no suffix to drop.
-        return self.model.stem if self.model.suffix.lower() == ".gguf" else self.model.name
+        """The model id clients see: the first of its names."""
+        return self.served_names[0]

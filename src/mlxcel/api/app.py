@@ -7,6 +7,7 @@ import time
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
+from mlxcel.api.cors import Cors
 from mlxcel.api.errors import install_error_handlers
 from mlxcel.api.limits import BodySizeLimit, JsonByDefault
 from mlxcel.api.routes import anthropic, health, native, observe, responses, text
@@ -26,12 +27,16 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.metrics_registry = CollectorRegistry()
     install_error_handlers(app)
     app.include_router(health.public)
-    app.include_router(health.router)
-    app.include_router(text.router)
+    for openai_routes in (health.router, text.router, responses.router):
+        app.include_router(openai_routes, prefix="/v1")
+        # As llama-server does: a client whose base URL lacks /v1 still finds them.
+        app.include_router(openai_routes, include_in_schema=False)
     app.include_router(native.router)
-    app.include_router(responses.router)
     app.include_router(anthropic.router)
     app.include_router(observe.router)
     app.add_middleware(JsonByDefault)
     app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes)
+    if config.cors_origins:
+        # Outside the body limit, so a browser can read a 413 too.
+        app.add_middleware(Cors, origins=config.cors_origins)
     return app

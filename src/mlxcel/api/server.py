@@ -38,7 +38,7 @@ def _unix_socket(path: Path) -> socket.socket:
 
 def _load(app: FastAPI, config: ServerConfig, server: uvicorn.Server) -> None:
     try:
-        registry = ModelRegistry()
+        registry = ModelRegistry(strict_names=config.strict_model_names)
         model = load_text_model(config, EngineMetrics(app.state.metrics_registry))
         source = model.chat_template.source if model.chat_template else ""
         if config.tool_call_parser == "auto":

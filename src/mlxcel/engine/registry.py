@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from mlxcel.chat_templates import BUILTIN_TEMPLATES, CHATML, builtin_for
 from mlxcel.config import ServerConfig
 from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.engine.prompt_cache import PromptCache
@@ -18,6 +19,8 @@ from mlxcel.engine.types import ChatTemplate, TextGenerator
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_NAMES = frozenset({"default", ""})
+# Unknown model names logged (each once) before the log stops naming new ones.
+_LOGGED_STAND_INS = 64
 
 
 class ModelNotFound(LookupError):
@@ -35,14 +38,27 @@ class LoadedModel:
     scheduler: Scheduler
     defaults: SamplingDefaults
     chat_template: ChatTemplate | None
-    """The model's own template, or the one --chat-template-file named."""
+    """The template its chats render with (the model's own unless a flag chose another)."""
+    aliases: tuple[str, ...] = ()
+    """Other names it answers to (--alias a,b: `name` is a, `aliases` b)."""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every name it answers to, its id first."""
+        return (self.name, *self.aliases)
 
 
 class ModelRegistry:
-    """The models of this server; the first one is what `default` or no model means."""
+    """The models of this server; the first one is what `default` or no model means.
 
-    def __init__(self) -> None:
+    With one model served, a request naming a model it does not know (a client's hard-coded
+    "gpt-4o") is served by it, unless `strict_names` asks for 404 instead.
+    """
+
+    def __init__(self, *, strict_names: bool = False) -> None:
         self._models: dict[str, LoadedModel] = {}
+        self._strict = strict_names
+        self._stand_ins: set[str] = set()
 
     def add(self, model: LoadedModel) -> None:
         """Serve `model` under its name."""
@@ -52,16 +68,38 @@ class ModelRegistry:
         """Every loaded model, first one first."""
         return list(self._models.values())
 
+    def named(self, name: str) -> LoadedModel | None:
+        """The model with this name (or alias, file path or file name), if one is loaded."""
+        for model in self._models.values():
+            if name in (*model.names, str(model.path), model.path.name):
+                return model
+        return None
+
+    def served(self) -> str:
+        """The served names, for an error message."""
+        names = [name for model in self._models.values() for name in model.names]
+        return f"served: {', '.join(names) or 'none'} (see GET /v1/models)"
+
     def get(self, name: str | None) -> LoadedModel:
         """The model for a request's `model` field; None or 'default' means the first."""
         if name is None or name in DEFAULT_MODEL_NAMES:
             if not self._models:
                 raise ModelNotFound("no model is loaded")
             return next(iter(self._models.values()))
-        for model in self._models.values():
-            if name in (model.name, str(model.path), model.path.name):
-                return model
-        raise ModelNotFound(f"the model '{name}' does not exist; see GET /v1/models")
+        model = self.named(name)
+        if model is not None:
+            return model
+        if self._strict or len(self._models) != 1:
+            raise ModelNotFound(f"the model '{name}' does not exist; {self.served()}")
+        only = next(iter(self._models.values()))
+        if name not in self._stand_ins and len(self._stand_ins) < _LOGGED_STAND_INS:
+            self._stand_ins.add(name)
+            logger.info(
+                "requests for model '%s' are served by '%s' (--strict-model-names: 404 instead)",
+                name,
+                only.name,
+            )
+        return only
 
     def close(self) -> None:
         """Stop every engine thread and free the models."""
@@ -93,6 +131,10 @@ def _open_llamacpp(config: ServerConfig) -> TextGenerator:
         batch_size=config.batch_size,
         ubatch_size=config.ubatch_size,
         verbose=config.log_level.lower() == "debug",
+        n_gpu_layers=config.n_gpu_layers,
+        flash_attn=config.flash_attn,
+        mmap=config.mmap,
+        mlock=config.mlock,
     )
     logger.info("loading %s with llama.cpp (%d threads)", config.model, config.threads)
     generator = LlamaCppGenerator(config.model, options)
@@ -105,6 +147,9 @@ def _open_mlx(config: ServerConfig) -> TextGenerator:
     from mlxcel.backends.mlx import MlxGenerator, MlxOptions
 
     options = MlxOptions(config.ctx_size, config.parallel, config.batch_size)
+    ignored = config.llamacpp_only_flags()
+    if ignored:
+        logger.warning("%s: no effect on the MLX backend (llama.cpp flags)", ", ".join(ignored))
     logger.info("loading %s with MLX", config.model)
     generator = MlxGenerator(config.model, options)
     if config.warmup:
@@ -133,12 +178,15 @@ def load_text_model(config: ServerConfig, metrics: EngineMetrics | None = None) 
         generator.n_ctx_seq,
         generator.n_slots,
     )
-    defaults = model_defaults(config.sampling_flags(), generator.generation_config)
+    defaults = replace(
+        model_defaults(config.sampling_flags(), generator.generation_config), seed=config.seed
+    )
     logger.info("sampling defaults: %s", defaults)
     label = "mlx" if backend == "mlx" else "llama.cpp"
     template = _chat_template(config, generator)
+    name, *aliases = config.served_names
     return LoadedModel(
-        config.served_name, config.model, label, generator, scheduler, defaults, template
+        name, config.model, label, generator, scheduler, defaults, template, tuple(aliases)
     )
 
 
@@ -150,11 +198,26 @@ def _prompt_cache(config: ServerConfig) -> PromptCache | None:
     return PromptCache(limit)
 
 
-def _chat_template(config: ServerConfig, generator: TextGenerator) -> ChatTemplate | None:
-    """The model's template, unless --chat-template-file replaces it (same special tokens)."""
+def _chat_template(config: ServerConfig, generator: TextGenerator) -> ChatTemplate:
+    """The template chats render with, the server's template variables attached:
+    --chat-template-file's, --chat-template's (a built-in's name, or Jinja), with --no-jinja
+    the built-in of the model's format, else the model's own (ChatML if it has none)."""
     own = generator.chat_template
-    if config.chat_template_file is None:
-        return own
-    source = config.chat_template_file.read_text()
-    logger.info("chat template: %s", config.chat_template_file)
-    return ChatTemplate(source, own.bos_token if own else "", own.eos_token if own else "")
+    source = own.source if own else None
+    if config.chat_template_file is not None:
+        source = config.chat_template_file.read_text()
+        logger.info("chat template: %s", config.chat_template_file)
+    elif config.chat_template is not None:
+        name = config.chat_template
+        source = BUILTIN_TEMPLATES.get(name, name)
+        logger.info(
+            "chat template: %s", f"built-in {name}" if name in BUILTIN_TEMPLATES else "given"
+        )
+    elif not config.jinja:
+        name = builtin_for(source)
+        source = BUILTIN_TEMPLATES[name]
+        logger.info("chat template: built-in %s (--no-jinja)", name)
+    elif source is None:
+        logger.info("chat template: none in the model, ChatML")
+    bos, eos = (own.bos_token, own.eos_token) if own else ("", "")
+    return ChatTemplate(source or CHATML, bos, eos, config.template_defaults())

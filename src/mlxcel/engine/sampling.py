@@ -18,6 +18,8 @@ class SamplingDefaults:
     repeat_last_n: int = 64
     p_less: bool = False
     p_less_norm: bool = False
+    seed: int | None = None
+    """The server's seed (-s); None: a random one per request."""
 
     def overridden(self, values: Mapping[str, float | None]) -> SamplingDefaults:
         """These defaults with every non-None value of `values` (same names) laid over."""

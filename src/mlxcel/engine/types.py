@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
 
 DRY_BREAKERS = ("\n", ":", '"', "*")
 
@@ -83,6 +83,8 @@ class ChatTemplate:
     source: str
     bos_token: str
     eos_token: str
+    defaults: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """Variables the server gives it unless a request sets them (--reasoning and friends)."""
 
 
 class TextGenerator(Protocol):

@@ -23,6 +23,7 @@ from mlxcel.serving.text import (
     new_id,
     prepare_choices,
     stream_all,
+    system_fingerprint,
     total_usage,
     usage_chunk,
 )
@@ -169,6 +170,7 @@ async def chat_completion(job: ChatJob) -> dict[str, Any]:
         "object": "chat.completion",
         "created": first.created,
         "model": first.model.name,
+        "system_fingerprint": system_fingerprint(first.model.backend),
         "choices": choices,
         "usage": usage,
     }
@@ -194,6 +196,7 @@ def _chunk(
         "object": "chat.completion.chunk",
         "created": generation.created,
         "model": generation.model.name,
+        "system_fingerprint": system_fingerprint(generation.model.backend),
         "choices": [{**choice, "finish_reason": finish}],
     }
 

@@ -16,6 +16,7 @@ from mlxcel.serving.text import (
     new_id,
     prepare_choices,
     stream_all,
+    system_fingerprint,
     total_usage,
     usage_chunk,
 )
@@ -88,6 +89,7 @@ def _object(
         "object": "text_completion",
         "created": generation.created,
         "model": generation.model.name,
+        "system_fingerprint": system_fingerprint(generation.model.backend),
         "choices": [{"index": generation.index, "logprobs": None, **choice}],
     }
     if usage_ is not None:

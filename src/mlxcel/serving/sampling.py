@@ -55,7 +55,7 @@ def sampling_params(
         top_p=_pick(request.top_p, defaults.top_p),
         top_k=int(_pick(request.top_k, defaults.top_k)),
         min_p=_pick(request.min_p, defaults.min_p),
-        seed=request.seed,
+        seed=defaults.seed if request.seed is None else request.seed,
         typical_p=_pick(request.typical_p, 1.0),
         presence_penalty=_pick(request.presence_penalty, 0.0),
         frequency_penalty=_pick(request.frequency_penalty, 0.0),

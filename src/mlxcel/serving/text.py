@@ -8,6 +8,8 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from mlxcel.api.schemas.common import SamplingFields
@@ -24,6 +26,25 @@ from mlxcel.serving.errors import APIError, invalid_request
 from mlxcel.serving.sampling import sampling_params
 
 logger = logging.getLogger(__name__)
+
+
+# The package whose version names each backend's engine in the fingerprint.
+_ENGINE_PACKAGES = {"llama.cpp": "llama-cpp-python", "mlx": "mlx"}
+
+
+def _installed(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+@lru_cache(maxsize=4)
+def system_fingerprint(backend: str) -> str:
+    """OpenAI's `system_fingerprint`: this server's version and its engine's, which together
+    decide what a seed reproduces."""
+    engine = _installed(_ENGINE_PACKAGES[backend])
+    return f"mlxcel-{_installed('mlxcel')}-{backend}-{engine}"
 
 
 def new_id(prefix: str) -> str:

@@ -77,11 +77,14 @@ def _without_done(response: StreamingResponse) -> StreamingResponse:
 
 
 @router.post("/completion", response_model=None)
-@router.post("/completions", response_model=None)
 async def completion(
     body: NativeCompletionRequest, request: Request
 ) -> dict[str, Any] | StreamingResponse:
-    """llama-server's native completion, streamed or whole."""
+    """llama-server's native completion, streamed or whole.
+
+    llama-server also answers natively at /completions; here that path is OpenAI's, so that an
+    OpenAI client whose base URL lacks /v1 works (see text.py).
+    """
     model = model_for(request, body.model)
     prepared = await asyncio.to_thread(
         native.prepare_native, model, body, request.app.state.n_predict

@@ -1,4 +1,4 @@
-"""POST /v1/responses, and GET/DELETE of stored responses."""
+"""POST /responses, and GET/DELETE of stored responses (under /v1 and without it)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def _stream_error(_: Exception, last: dict[str, Any]) -> dict[str, Any]:
     return {"type": "error", "sequence_number": last["sequence_number"] + 1, **error}
 
 
-@router.post("/v1/responses", response_model=None)
+@router.post("/responses", response_model=None)
 async def create(body: ResponsesRequest, request: Request) -> dict[str, Any] | StreamingResponse:
     """OpenAI Responses, streamed as typed events or whole."""
     model = model_for(request, body.model)
@@ -73,13 +73,13 @@ async def create(body: ResponsesRequest, request: Request) -> dict[str, Any] | S
     return await unless_disconnected(request, create_response(run, _store(request)))
 
 
-@router.get("/v1/responses/{response_id}")
+@router.get("/responses/{response_id}")
 async def retrieve(response_id: str, request: Request) -> dict[str, Any]:
     """A stored response."""
     return _stored(request, response_id, "response_id").response
 
 
-@router.delete("/v1/responses/{response_id}")
+@router.delete("/responses/{response_id}")
 async def delete(response_id: str, request: Request) -> dict[str, Any]:
     """Forget a stored response."""
     if not _store(request).delete(response_id):

@@ -1,4 +1,4 @@
-"""POST /v1/chat/completions and /v1/completions."""
+"""POST /chat/completions and /completions (served under /v1 and without it)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ async def _wait_for_disconnect(request: Request) -> None:
         pass
 
 
-@router.post("/v1/chat/completions", response_model=None)
+@router.post("/chat/completions", response_model=None)
 async def chat_completions(
     body: ChatCompletionRequest, request: Request
 ) -> dict[str, Any] | StreamingResponse:
@@ -58,7 +58,7 @@ async def chat_completions(
     return await unless_disconnected(request, chat_completion(job))
 
 
-@router.post("/v1/completions", response_model=None)
+@router.post("/completions", response_model=None)
 async def completions(
     body: CompletionRequest, request: Request
 ) -> dict[str, Any] | StreamingResponse:

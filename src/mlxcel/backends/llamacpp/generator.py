@@ -55,6 +55,34 @@ class LlamaCppOptions:
     batch_size: int
     ubatch_size: int
     verbose: bool = False
+    n_gpu_layers: int | None = None
+    """Layers to offload to a GPU; None: llama.cpp's default (all of them, where one is)."""
+    flash_attn: str = "auto"
+    """Flash attention: on, off or auto."""
+    mmap: bool = True
+    mlock: bool = False
+
+
+# How --mmap/--no-mmap and --mlock load the weights; mmap alone is llama.cpp's own choice.
+_LOAD_MODES = {
+    (True, False): llama_cpp.LLAMA_LOAD_MODE_AUTO,
+    (True, True): llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK,
+    (False, True): llama_cpp.LLAMA_LOAD_MODE_MLOCK,
+    (False, False): llama_cpp.LLAMA_LOAD_MODE_NONE,
+}
+_FLASH_ATTN = {
+    "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
+
+
+def _model_params(options: LlamaCppOptions) -> Any:
+    params = llama_cpp.llama_model_default_params()
+    if options.n_gpu_layers is not None:
+        params.n_gpu_layers = options.n_gpu_layers
+    params.load_mode = _LOAD_MODES[options.mmap, options.mlock]
+    return params
 
 
 class LlamaCppGenerator:
@@ -63,9 +91,7 @@ class LlamaCppGenerator:
     def __init__(self, path: Path, options: LlamaCppOptions) -> None:
         native.route_native_logs(options.verbose)
         llama_cpp.llama_backend_init()
-        model = llama_cpp.llama_model_load_from_file(
-            str(path).encode(), llama_cpp.llama_model_default_params()
-        )
+        model = llama_cpp.llama_model_load_from_file(str(path).encode(), _model_params(options))
         if model is None:
             raise ValueError(f"llama.cpp could not load {path}: not a valid GGUF model?")
         self._model = model
@@ -94,6 +120,7 @@ class LlamaCppGenerator:
         params.n_threads = options.threads
         params.n_threads_batch = options.threads
         params.no_perf = True
+        params.flash_attn_type = _FLASH_ATTN[options.flash_attn]
         ctx = llama_cpp.llama_init_from_model(self._model, params)
         if ctx is None:
             llama_cpp.llama_model_free(self._model)
