@@ -462,7 +462,6 @@ IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png"
             "budget_tokens",
         ),
         ({"messages": HELLO, "stop": ["x"]}, 400, "invalid_request_error", "stop_sequences"),
-        ({"messages": HELLO, "model": "claude-nope"}, 404, "not_found_error", "claude-nope"),
     ],
 )
 def test_errors_are_in_anthropics_shape(
@@ -492,13 +491,13 @@ def test_bad_json_and_the_sdk_error_classes(
         _create(claude, messages=[{"role": "user", "content": [IMAGE]}])
     assert bad.value.status_code == 400
     assert "does not take images" in bad.value.message
-    with pytest.raises(anthropic.NotFoundError):
-        _create(claude, model="claude-nope-1")
 
 
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    yield from serving(tmp_path_factory, "anthropic-keyed", "--api-key", "sk-local")
+    yield from serving(
+        tmp_path_factory, "anthropic-keyed", "--api-key", "sk-local", "--strict-model-names"
+    )
 
 
 @slow
@@ -516,6 +515,19 @@ def test_x_api_key_is_checked_in_anthropics_shape(keyed: ServerProcess) -> None:
     assert missing.json()["error"]["type"] == "authentication_error"
     allowed = _create(keyed.anthropic("sk-local"), max_tokens=2, extra_body={"ignore_eos": True})
     assert allowed.usage.output_tokens == 2
+
+
+@slow
+def test_a_model_name_not_served(claude: anthropic.Anthropic, keyed: ServerProcess) -> None:
+    # The one model serves a hard-coded name; with --strict-model-names it is a 404.
+    served = _create(claude, model="claude-nope-1", max_tokens=2)
+    assert served.model not in ("claude-nope-1", "default")
+    with keyed.http(headers={"X-Api-Key": "sk-local"}) as http:
+        for path in ("/v1/messages", "/v1/messages/count_tokens"):
+            response = http.post(path, json={"messages": HELLO, "model": "claude-nope"})
+            assert response.status_code == 404, response.text
+            error = response.json()["error"]
+            assert error["type"] == "not_found_error" and "claude-nope" in error["message"]
 
 
 # --- thinking, on a template with <think> tags ---

@@ -221,3 +221,38 @@ def test_responses_cut_off_call_streamed_and_whole(server: ServerProcess) -> Non
     assert streamed_args == [c["arguments"] for c in calls]
     deltas = [e["delta"] for e in events if e["type"] == "response.function_call_arguments.delta"]
     assert all("<" not in delta for delta in deltas)
+
+
+@pytest.mark.slow
+def test_messages_cut_off_call_streamed_and_whole(server: ServerProcess) -> None:
+    budget = _cut_budget(server.openai())
+    claude = server.anthropic()
+    tool = {"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}  # type: ignore[index]
+    request: dict[str, Any] = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": budget,
+        "messages": ASK,
+        "tools": [tool],
+        "tool_choice": {"type": "any"},
+        "extra_body": {"ignore_eos": True, "temperature": 0},
+    }
+    whole = claude.messages.create(**request)
+    assert whole.stop_reason == "max_tokens"
+    uses = [block for block in whole.content if block.type == "tool_use"]
+    assert uses and all(block.input == PARIS for block in uses)  # type: ignore[union-attr]
+    texts = [block.text for block in whole.content if block.type == "text"]  # type: ignore[union-attr]
+    assert len(texts) == 1 and texts[0].startswith("<tool_call>")
+    assert "</tool_call>" not in texts[0]
+    with claude.messages.stream(**request) as stream:
+        events = list(stream)
+        streamed = stream.get_final_message()
+    partial = [
+        e.delta.partial_json
+        for e in events
+        if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+    ]  # type: ignore[union-attr]
+    assert all("<" not in fragment for fragment in partial)
+    assert streamed.stop_reason == "max_tokens"
+    assert [b.input for b in streamed.content if b.type == "tool_use"] == [b.input for b in uses]  # type: ignore[union-attr]
+    streamed_text = "".join(b.text for b in streamed.content if b.type == "text")  # type: ignore[union-attr]
+    assert streamed_text.strip() == texts[0]

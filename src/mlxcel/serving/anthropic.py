@@ -114,7 +114,8 @@ def message_object(
 async def create_message(job: MessageJob) -> dict[str, Any]:
     """Run the message to its end: thinking, text and tool_use blocks, in that order."""
     outcome = await collect(job.chat.generations[0])
-    answer = parse_answer(outcome.text, job.chat.reasoning, job.chat.tools)
+    truncated = outcome.finish_reason == "length"
+    answer = parse_answer(outcome.text, job.chat.reasoning, job.chat.tools, truncated)
     content: list[dict[str, Any]] = []
     if answer.reasoning:
         content.append(thinking_block(answer.reasoning))

@@ -35,9 +35,10 @@ class ContentBlocks:
         """Events for new model output."""
         return self._events(self._answer.feed(text))
 
-    def finish(self) -> list[dict[str, Any]]:
-        """Events for what the parsers held back; every block closed, at least one sent."""
-        out = self._events(self._answer.finish())
+    def finish(self, truncated: bool = False) -> list[dict[str, Any]]:
+        """Events for what the parsers held back; every block closed, at least one sent.
+        `truncated`: max_tokens cut the answer off, so a tool call it was writing is text."""
+        out = self._events(self._answer.finish(truncated))
         if not self._count:
             out += self._start("text", text_block(""))
         return out + self._close()
@@ -97,7 +98,7 @@ async def message_events(job: MessageJob) -> AsyncIterator[dict[str, Any]]:
             yield item
         if event.finish_reason is None:
             continue
-        for item in blocks.finish():
+        for item in blocks.finish(truncated=event.finish_reason == "length"):
             yield item
         used = event.prompt_tokens + event.completion_tokens
         reason = stop_reason(job, event.finish_reason, event.stop_reason, answer.calls > 0, used)
