@@ -162,12 +162,15 @@ def test_native_routes(client: openai.OpenAI, engine: ServerProcess) -> None:
 
 def test_errors_are_the_same_envelope(engine: ServerProcess) -> None:
     with engine.http() as http:
-        for body, status in (
-            ({"messages": STORY, "tools": [{"type": "function"}]}, 400),
-            ({"messages": STORY, "model": "nope"}, 404),
-            ({"messages": [{"role": "user", "content": "word " * 3000}]}, 400),
-        ):
-            response = http.post("/v1/chat/completions", json=body)
+        responses = [
+            (http.post("/v1/chat/completions", json=body), 400)
+            for body in (
+                {"messages": STORY, "tools": [{"type": "function"}]},
+                {"messages": [{"role": "user", "content": "word " * 3000}]},
+            )
+        ]
+        responses.append((http.get("/v1/models/nope"), 404))
+        for response, status in responses:
             assert response.status_code == status
             assert set(response.json()["error"]) == {"message", "type", "param", "code"}
 
