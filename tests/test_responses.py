@@ -455,6 +455,41 @@ def test_streamed_function_call_events(client: openai.OpenAI) -> None:
     assert "response.output_text.delta" not in types
 
 
+# min_tokens bans the end until past the first call (at most ~45 tokens), so the grammar of
+# `required` with parallel calls must write a second one, after the newline it puts between.
+TWO_CALLS: dict[str, Any] = {
+    "input": "Weather in Paris and in Rome?",
+    "tools": [RESPONSES_WEATHER],
+    "tool_choice": "required",
+    "parallel_tool_calls": True,
+    "max_output_tokens": 300,
+    "temperature": 0,
+    "extra_body": {"min_tokens": 50},
+}
+
+
+def _calls_then_text(items: list[Any]) -> None:
+    """Function calls first, side by side; a message only after them, never whitespace."""
+    kinds = [item.type for item in items]
+    assert kinds.count("function_call") >= 2, kinds
+    last_call = len(kinds) - 1 - kinds[::-1].index("function_call")
+    assert kinds[: last_call + 1] == ["function_call"] * (last_call + 1), kinds
+    for item in items:
+        if item.type == "message":
+            assert "".join(part.text for part in item.content).strip()
+
+
+@slow
+def test_whitespace_between_forced_calls_is_no_message(client: openai.OpenAI) -> None:
+    response = client.responses.create(model="default", **TWO_CALLS)
+    _calls_then_text(response.output)
+    events = list(client.responses.create(model="default", stream=True, **TWO_CALLS))
+    _calls_then_text(events[-1].response.output)
+    added = [e.item.type for e in events if e.type == "response.output_item.added"]
+    assert added == [item.type for item in events[-1].response.output]
+    assert not [e for e in events if e.type == "response.output_text.delta" and not e.delta.strip()]
+
+
 @slow
 def test_a_codex_style_request_is_served(client: openai.OpenAI) -> None:
     # The fields a Codex-style agent sends on every turn, stateless.

@@ -133,6 +133,29 @@ def test_named_tool_call_streams_as_openai_does(client: openai.OpenAI) -> None:
 
 
 @pytest.mark.slow
+def test_whitespace_between_forced_calls_is_no_content(client: openai.OpenAI) -> None:
+    # min_tokens bans the end until past the first call: the grammar must write a second.
+    request: dict[str, Any] = {
+        "model": "default",
+        "messages": ASK,
+        "tools": [WEATHER],
+        "tool_choice": "required",
+        "parallel_tool_calls": True,
+        "max_tokens": 300,
+        "temperature": 0,
+        "extra_body": {"min_tokens": 60},
+    }
+    message = client.chat.completions.create(**request).choices[0].message
+    assert message.tool_calls and len(message.tool_calls) >= 2
+    assert message.content is None or message.content.strip()
+    chunks = list(client.chat.completions.create(stream=True, **request))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    calls = {call.index for d in deltas for call in d.tool_calls or []}
+    assert len(calls) >= 2
+    assert not [d.content for d in deltas if d.content and not d.content.strip()]
+
+
+@pytest.mark.slow
 def test_tool_results_round_trip_through_the_template(client: openai.OpenAI) -> None:
     first = client.chat.completions.create(
         model="default",

@@ -122,10 +122,15 @@ class ToolStream:
 
     `tools` are the request's: a format whose values are raw text types them by their schema.
     Each call goes out once it has ended (see WholeCalls), so none is sent broken.
+    Whitespace around a call (the newline between two) is not content: trailing whitespace is
+    held until more text or the end follows, and dropped when a call does, as is whitespace
+    that opens the text after a call.
     """
 
     def __init__(self, parser: str, tools: list[dict[str, Any]] | None = None) -> None:
         self._parser = WholeCalls(PARSERS[parser](tools))
+        self._space = ""
+        self._after_call = False
 
     @property
     def calls(self) -> int:
@@ -138,14 +143,27 @@ class ToolStream:
 
     def finish(self, truncated: bool = False) -> list[dict[str, Any]]:
         """Chat deltas for what was held back; `truncated`: max_tokens cut the text off."""
-        return self._deltas(self._parser.finish(truncated))
+        out = self._deltas(self._parser.finish(truncated))
+        if self._space:
+            out.append({"content": self._space})
+        self._space = ""
+        return out
 
     def _deltas(self, deltas: list[Any]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for delta in deltas:
             if isinstance(delta, Text):
-                out.append({"content": delta.text})
+                text = self._space + delta.text
+                if self._after_call:
+                    text = text.lstrip()
+                body = text.rstrip()
+                self._space = text[len(body) :]
+                if body:
+                    self._after_call = False
+                    out.append({"content": body})
             elif isinstance(delta, ToolStart):
+                self._space = ""
+                self._after_call = True
                 function = {"name": delta.name, "arguments": ""}
                 call = {"index": delta.index, "id": delta.id, "type": "function"}
                 out.append({"tool_calls": [{**call, "function": function}]})
