@@ -19,6 +19,8 @@ from mlxcel.errors import (
 if TYPE_CHECKING:
     from mlxcel.client import LLM, AsyncLLM
 
+    __version__: str
+
 __all__ = [
     "LLM",
     "APIConnectionError",
@@ -36,9 +38,18 @@ __all__ = [
 ]
 
 _CLIENT_NAMES = frozenset({"LLM", "AsyncLLM"})
+_DISTRIBUTION = "mlxcel"
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        # The installed package's metadata is the one place the version is written.
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version(_DISTRIBUTION)
+        except PackageNotFoundError:
+            return "0+unknown"
     # The client imports openai (most of a second); the server imports this package too.
     if name in _CLIENT_NAMES:
         from mlxcel import client

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import mlxcel
 from mlxcel import config as defaults
 from mlxcel.chat_templates import BUILTIN_TEMPLATES
 from mlxcel.config import ServerConfig, parse_origins
+from mlxcel.logs import LOG_FORMATS, configure
 from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
 from mlxcel.parsers.tools import PARSERS
 
@@ -203,6 +204,12 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         choices=LOG_LEVELS,
         default=defaults.DEFAULT_LOG_LEVEL,
         help="log verbosity (default: %(default)s)",
+    )
+    add(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=LOG_FORMATS[0],
+        help="text lines, or one JSON object per line for log shippers (default: %(default)s)",
     )
     _llama_server_arguments(parser)
 
@@ -430,12 +437,12 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
     )
 
 
+def _add_version(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", action="version", version=f"%(prog)s {mlxcel.__version__}")
+
+
 def _run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure(args.log_level, args.log_format)
     config = _config(parser, args)
     from mlxcel.api.server import serve
 
@@ -445,12 +452,16 @@ def _run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
 def main(argv: Sequence[str] | None = None) -> int:
     """`mlxcel COMMAND`."""
     parser = argparse.ArgumentParser(prog="mlxcel", description="Local OpenAI-compatible server")
+    _add_version(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = commands.add_parser(
         "serve", help="start the server", description="Start the OpenAI-compatible server."
     )
     _serve_arguments(serve)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # Said by the subcommand, so a typo in one of its flags shows its usage, not ours.
+        serve.error(f"unrecognized arguments: {' '.join(unknown)}")
     return _run_server(serve, args)
 
 
@@ -459,6 +470,7 @@ def server_main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="mlxcel-server", description="Start the OpenAI-compatible server."
     )
+    _add_version(parser)
     _serve_arguments(parser)
     return _run_server(parser, parser.parse_args(argv))
 

@@ -7,6 +7,7 @@ import time
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
+from mlxcel.api.access_log import AccessLog
 from mlxcel.api.cors import Cors
 from mlxcel.api.errors import install_error_handlers
 from mlxcel.api.limits import BodySizeLimit, JsonByDefault
@@ -39,4 +40,6 @@ def create_app(config: ServerConfig) -> FastAPI:
     if config.cors_origins:
         # Outside the body limit, so a browser can read a 413 too.
         app.add_middleware(Cors, origins=config.cors_origins)
+    # Outermost, so its line covers every answer, a 413 from the body limit included.
+    app.add_middleware(AccessLog)
     return app

@@ -80,9 +80,9 @@ async def typed_event_stream(
                 yield typed_frame(event)
         except Exception as exc:
             if isinstance(exc, APIError):
-                logger.warning("[%s] stream failed: %s", request_id, exc.message)
+                logger.warning("%s: stream failed: %s", request_id, exc.message)
             else:
-                logger.exception("[%s] stream failed", request_id)
+                logger.exception("%s: stream failed", request_id)
             yield typed_frame(error_event(exc, last))
 
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import Request
 
 from mlxcel.engine.registry import LoadedModel, ModelNotFound, ModelRegistry
+from mlxcel.logs import current_request
 from mlxcel.serving.errors import APIError
 
 
@@ -23,7 +24,13 @@ def loaded_registry(request: Request) -> ModelRegistry:
 
 def model_for(request: Request, name: str | None) -> LoadedModel:
     """The model a request names: 404 model_not_found if there is none by that name."""
+    record = current_request()
+    if record is not None:
+        record.model = name or "default"
     try:
-        return loaded_registry(request).get(name)
+        model = loaded_registry(request).get(name)
     except ModelNotFound as exc:
         raise APIError(404, str(exc), param="model", code="model_not_found") from exc
+    if record is not None:
+        record.model = model.name
+    return model

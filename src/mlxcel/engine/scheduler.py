@@ -100,6 +100,11 @@ class _Running:
         return taken
 
 
+def _about(job: _Job) -> dict[str, str]:
+    """Log `extra` naming the request a line is about (this thread serves every request)."""
+    return {"request_id": job.handle.request_id}
+
+
 @dataclass(frozen=True)
 class SchedulerLimits:
     """Admission settings: how many may wait, and for how long (seconds; 0 = forever)."""
@@ -208,7 +213,7 @@ class Scheduler:
                     self._pool.release(slot, keep=False)
                 job.handle.deliver(TokenEvent("", (), error=error))
                 continue
-            self._on_admitted(job, cached)
+            self._on_admitted(job, slot, cached)
             self._running.append(_Running(job, slot, fed=cached, cached=cached))
         self._update_gauges()
 
@@ -241,16 +246,21 @@ class Scheduler:
         try:
             self._generator.open_slot(slot, job.params, reuse=cached)
         except EngineError as exc:
-            logger.warning("[%s] %s", job.handle.request_id, exc)
+            logger.warning("%s", exc, extra=_about(job))
             return exc
         except Exception as exc:
-            logger.exception("[%s] could not open a slot", job.handle.request_id)
+            logger.exception("could not open a slot", extra=_about(job))
             return EngineError(str(exc))
         return None
 
-    def _on_admitted(self, job: _Job, cached: int) -> None:
-        if cached:
-            logger.info("[%s] reusing %d cached prompt tokens", job.handle.request_id, cached)
+    def _on_admitted(self, job: _Job, slot: int, cached: int) -> None:
+        logger.info(
+            "slot %d: %d prompt tokens, %d of them from the prefix cache",
+            slot,
+            len(job.prompt),
+            cached,
+            extra=_about(job),
+        )
         self._metrics.admitted(len(job.prompt), cached)
 
     def _update_gauges(self) -> None:
@@ -258,9 +268,7 @@ class Scheduler:
 
     def _drop_cancelled(self) -> None:
         for running in [r for r in self._running if r.job.handle.cancelled]:
-            logger.info(
-                "[%s] cancelled after %d tokens", running.job.handle.request_id, running.generated
-            )
+            logger.info("cancelled after %d tokens", running.generated, extra=_about(running.job))
             self._release(running, "cancelled")
 
     def _feeds(self) -> list[Feed]:
@@ -350,6 +358,13 @@ class Scheduler:
                 stop_word=running.stops.matched if stop_reason == "word" else None,
                 cached_tokens=running.cached,
             )
+        )
+        logger.debug(
+            "slot %d: %s after %d tokens",
+            running.slot,
+            error or stop_reason or reason,
+            running.generated,
+            extra=_about(running.job),
         )
         self._release(running, "error" if error else reason or "stop")
 

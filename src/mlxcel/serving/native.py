@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from importlib.metadata import version
 from typing import Any
 
+import mlxcel
 from mlxcel.api.schemas.chat import ChatCompletionRequest
 from mlxcel.api.schemas.common import SamplingFields
 from mlxcel.api.schemas.native import (
@@ -17,12 +17,20 @@ from mlxcel.api.schemas.native import (
     TokenizeRequest,
 )
 from mlxcel.engine.registry import LoadedModel
-from mlxcel.engine.types import SamplingParams, TextGenerator, TokenEvent
+from mlxcel.engine.types import SamplingParams, TokenEvent
 from mlxcel.serving.chat import chat_prompt, chat_text
 from mlxcel.serving.chat_template import CHATML
 from mlxcel.serving.errors import APIError, invalid_request
 from mlxcel.serving.sampling import sampling_params
-from mlxcel.serving.text import Generation, check_vocabulary, events, new_id, prepare, start
+from mlxcel.serving.text import (
+    Generation,
+    check_vocabulary,
+    detokenize_ids,
+    events,
+    new_id,
+    prepare,
+    start,
+)
 
 # What llama-server reports as the seed of a request that asked for none (LLAMA_DEFAULT_SEED).
 RANDOM_SEED = 0xFFFFFFFF
@@ -47,12 +55,6 @@ def tokenize(model: LoadedModel, request: TokenizeRequest) -> dict[str, Any]:
     return {
         "tokens": [{"id": t, "piece": _piece(generator.token_bytes(t, special=True))} for t in ids]
     }
-
-
-def detokenize_ids(generator: TextGenerator, tokens: Sequence[int]) -> str:
-    """The text of some token ids, with broken UTF-8 replaced."""
-    data = b"".join(generator.token_bytes(t, special=True) for t in tokens)
-    return data.decode("utf-8", errors="replace")
 
 
 def detokenize(model: LoadedModel, request: DetokenizeRequest) -> dict[str, str]:
@@ -121,7 +123,7 @@ def props(model: LoadedModel, n_predict: int) -> dict[str, Any]:
         "model_path": str(model.path),
         "modalities": {"vision": False, "audio": False},
         "chat_template": template.source if template else CHATML,
-        "build_info": f"mlxcel {version('mlxcel')}",
+        "build_info": f"mlxcel {mlxcel.__version__}",
         "is_sleeping": False,
     }
 

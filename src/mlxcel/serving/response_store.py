@@ -60,7 +60,7 @@ class ResponseStore:
         size = len(json.dumps([response, messages], ensure_ascii=False))
         if size > self.max_bytes:
             logger.warning(
-                "[%s] not stored: %d bytes is over the store's limit", response["id"], size
+                "%s not stored: %d bytes is over the store's limit", response["id"], size
             )
             return
         self._evict(incoming=size)

@@ -54,10 +54,10 @@ async def response_events(run: ResponseRun, store: ResponseStore) -> AsyncIterat
     except Exception as exc:
         if isinstance(exc, APIError):
             message = exc.message
-            logger.warning("[%s] failed mid-stream: %s", run.generation.request_id, message)
+            logger.warning("%s failed mid-stream: %s", run.generation.request_id, message)
         else:
             message = "internal server error"
-            logger.exception("[%s] failed mid-stream", run.generation.request_id)
+            logger.exception("%s failed mid-stream", run.generation.request_id)
         error = {"code": "server_error", "message": message}
         for item in output.finish("incomplete"):
             yield item

@@ -22,6 +22,7 @@ from mlxcel.engine.types import (
     TokenEvent,
     TokenLogprob,
 )
+from mlxcel.logs import current_request
 from mlxcel.serving.errors import APIError, invalid_request
 from mlxcel.serving.sampling import sampling_params
 
@@ -84,6 +85,12 @@ class Outcome:
     cached_tokens: int = 0
 
 
+def detokenize_ids(generator: TextGenerator, tokens: Sequence[int]) -> str:
+    """The text of some token ids, with broken UTF-8 replaced."""
+    data = b"".join(generator.token_bytes(t, special=True) for t in tokens)
+    return data.decode("utf-8", errors="replace")
+
+
 def check_vocabulary(generator: TextGenerator, tokens: Sequence[int], param: str) -> None:
     """400 naming `param` unless every id is in the vocabulary (llama.cpp aborts on others)."""
     n_vocab = generator.n_vocab
@@ -133,8 +140,10 @@ def prepare(
     )
     constraint = _constraint_param(request, params)
     if request.user or request.safety_identifier:
-        who = request.safety_identifier or request.user
-        logger.info("[%s] user=%s", request_id, who)
+        logger.info("%s: user=%s", request_id, request.safety_identifier or request.user)
+    if logger.isEnabledFor(logging.DEBUG):
+        # Prompts may be private: only an operator who asked for debug lines sees them.
+        logger.debug("%s: prompt %r", request_id, detokenize_ids(model.generator, prompt))
     return Generation(model, request_id, prompt, params, constraint_param=constraint)
 
 
@@ -185,20 +194,31 @@ def _engine_error(error: EngineError, constraint_param: str | None) -> APIError:
 
 def start(generation: Generation) -> RequestHandle:
     """Queue a generation in its model's engine; a full queue is a 503 right away."""
+    # The engine's lines about it carry the HTTP request's id, as every other line does.
+    record = current_request()
+    log_id = record.request_id if record is not None else generation.request_id
     try:
-        return generation.model.scheduler.submit(
-            generation.request_id, generation.prompt, generation.params
-        )
+        return generation.model.scheduler.submit(log_id, generation.prompt, generation.params)
     except EngineError as exc:
         raise _engine_error(exc, generation.constraint_param) from exc
 
 
 async def events(handle: RequestHandle, generation: Generation) -> AsyncIterator[TokenEvent]:
     """A started generation's events; leaving early cancels it in the engine."""
+    record = current_request()
     try:
         async for event in handle.events():
             if event.error is not None:
                 raise _engine_error(event.error, generation.constraint_param)
+            if record is not None:
+                record.token()
+                if event.finish_reason is not None:
+                    record.finished(
+                        generation.prompt_index,
+                        event.prompt_tokens,
+                        event.completion_tokens,
+                        event.cached_tokens,
+                    )
             yield event
     finally:
         handle.cancel()
@@ -212,14 +232,6 @@ async def collect(generation: Generation) -> Outcome:
         parts.append(event.text)
         logprobs.extend(event.logprobs)
         if event.finish_reason is not None:
-            logger.info(
-                "[%s] choice %d done: %d prompt + %d completion tokens, %s",
-                generation.request_id,
-                generation.index,
-                event.prompt_tokens,
-                event.completion_tokens,
-                event.stop_reason,
-            )
             return Outcome(
                 "".join(parts),
                 event.finish_reason,
