@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -154,3 +155,20 @@ class ServerProcess:
     def _close_log(self) -> None:
         if self._log is not subprocess.DEVNULL:
             self._log.close()
+
+
+def feed_fifo_until_exit(process: subprocess.Popen[bytes], fifo: Path, data: bytes) -> None:
+    """Write `data` to whoever opens the FIFO a server loads as its model (the loader may open
+    it more than once) until the server exits."""
+    deadline = time.monotonic() + 60
+    while process.poll() is None and time.monotonic() < deadline:
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            time.sleep(0.05)
+            continue
+        with contextlib.suppress(BrokenPipeError):
+            os.write(fd, data)
+        os.close(fd)
+        time.sleep(0.05)
+    process.wait(timeout=5)

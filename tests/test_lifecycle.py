@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 import threading
@@ -15,7 +14,7 @@ import openai
 import pytest
 
 from tests.conftest import start
-from tests.server_process import MLXCEL, ServerProcess
+from tests.server_process import MLXCEL, ServerProcess, feed_fifo_until_exit
 
 pytestmark = pytest.mark.slow
 
@@ -69,27 +68,11 @@ def test_health_is_503_while_loading_then_load_failure_exits(tmp_path: Path) -> 
         assert response.json()["error"]["type"] == "unavailable_error"
         with proc.http() as http:
             assert http.get("/v1/models").status_code == 503
-        _feed_until_exit(proc, fifo, b"not a gguf file")
+        feed_fifo_until_exit(proc.process, fifo, b"not a gguf file")
         assert proc.process.returncode != 0
     finally:
         proc.stop()
     assert "could not load" in proc.log()
-
-
-def _feed_until_exit(proc: ServerProcess, fifo: Path, data: bytes) -> None:
-    """Write `data` to whoever opens the FIFO (the loader may open it more than once)."""
-    deadline = time.monotonic() + 60
-    while proc.process.poll() is None and time.monotonic() < deadline:
-        try:
-            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError:
-            time.sleep(0.05)
-            continue
-        with contextlib.suppress(BrokenPipeError):
-            os.write(fd, data)
-        os.close(fd)
-        time.sleep(0.05)
-    proc.process.wait(timeout=5)
 
 
 def test_missing_model_exits_with_a_message(tmp_path: Path) -> None:

@@ -280,7 +280,7 @@ def test_a_directory_that_fails_to_load_exits_cleanly(tmp_path: Path) -> None:
     broken.mkdir()
     (broken / "config.json").write_text('{"model_type": "llama"}')
     proc = ServerProcess("-m", str(broken), log_path=tmp_path / "log")
-    assert proc.process.wait(timeout=60) == 1
+    assert proc.process.wait(timeout=60) == 2
     proc.stop()
     assert "could not load" in proc.log() and "terminate called" not in proc.log()
 

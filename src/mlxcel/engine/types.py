@@ -154,6 +154,10 @@ class TextGenerator(Protocol):
         """Evaluate every feed in one forward pass; a sample per feed that asked for one."""
         ...
 
+    def warm_up(self) -> None:
+        """Run a token through the model so the first request does not pay the first-use cost."""
+        ...
+
     def close(self) -> None:
         """Release the model."""
         ...
