@@ -5,7 +5,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
+import re
+import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -176,11 +180,35 @@ def test_import_pulls_in_no_server_code() -> None:
     assert run_python(code) == "[]"
 
 
-def test_connection_refused_is_an_api_connection_error() -> None:
-    llm = mlxcel.LLM(base_url=f"http://127.0.0.1:{free_port()}/v1")
-    with pytest.raises(mlxcel.APIConnectionError):
-        llm.model  # noqa: B018
-    llm.close()
+def test_connection_refused_is_an_api_connection_error_naming_the_url() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with mlxcel.LLM(base_url=url) as llm:
+        with pytest.raises(mlxcel.APIConnectionError, match=re.escape(url)):
+            llm.model  # noqa: B018
+        llm._model = "default"  # past model discovery, a request fails the same way
+        with pytest.raises(mlxcel.APIConnectionError, match=re.escape(url)) as caught:
+            llm.chat(HELLO, max_tokens=1)
+    assert isinstance(caught.value.__cause__, openai.APIConnectionError)
+
+
+def test_a_missing_socket_is_named_in_the_error(tmp_path: Path) -> None:
+    path = tmp_path / "absent.sock"
+    with mlxcel.LLM(socket=path) as llm:
+        with pytest.raises(mlxcel.APIConnectionError) as caught:
+            llm.model  # noqa: B018
+        assert f"unix socket {path}" in str(caught.value)
+        assert "No such file or directory" in str(caught.value)
+        assert "http://localhost" not in str(caught.value)
+        llm._model = "default"
+        with pytest.raises(mlxcel.APIConnectionError, match=re.escape(f"unix socket {path}")):
+            llm.chat(HELLO, max_tokens=1)
+
+    async def ask() -> str:
+        async with mlxcel.AsyncLLM(socket=path) as async_llm:
+            return await async_llm.generate("Hi", max_tokens=1)
+
+    with pytest.raises(mlxcel.APIConnectionError, match=re.escape(f"unix socket {path}")):
+        asyncio.run(ask())
 
 
 # Managed mode with stand-in binaries: startup failures, timeouts, what the child receives.
@@ -374,6 +402,25 @@ def test_managed_tcp_with_api_key_and_idempotent_close() -> None:
     llm.close()
     llm.close()
     assert not alive(pid)
+
+
+@pytest.mark.slow
+def test_a_managed_server_that_died_is_named_with_its_pid_and_last_output() -> None:
+    with mlxcel.LLM(binary=MLXCEL, warmup=False) as llm:
+        assert llm.chat(HELLO, max_tokens=2)
+        pid = llm.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(mlxcel.APIConnectionError) as caught:
+            llm.chat(HELLO, max_tokens=2)
+    error = caught.value
+    assert f"managed server pid {pid}, exited with code -{signal.SIGKILL.value}" in str(error)
+    assert "unix socket " in str(error)
+    assert error.output and any("listening on unix:" in line for line in error.output)
+    assert error.output[-1] in str(error)
 
 
 @pytest.mark.slow

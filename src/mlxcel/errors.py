@@ -7,15 +7,20 @@ class MlxcelError(Exception):
     """Base class of every error the mlxcel client raises."""
 
 
+def with_output(summary: str, output: Sequence[str]) -> str:
+    """`summary`, followed by a managed server's last lines of output when there are any."""
+    if not output:
+        return summary
+    shown = "\n".join(f"  {line}" for line in output)
+    return f"{summary}; its last output:\n{shown}"
+
+
 class ServerLaunchError(MlxcelError):
     """The managed server could not be started or did not become ready."""
 
     def __init__(self, summary: str, output: Sequence[str] = ()) -> None:
         self.output = list(output)
-        if self.output:
-            shown = "\n".join(f"  {line}" for line in self.output)
-            summary = f"{summary}; its last output:\n{shown}"
-        super().__init__(summary)
+        super().__init__(with_output(summary, self.output))
 
 
 class ServerStartupError(ServerLaunchError):
@@ -53,7 +58,15 @@ class APIError(MlxcelError):
 
 
 class APIConnectionError(APIError):
-    """The server could not be reached, or the connection broke."""
+    """The server could not be reached, or the connection broke.
+
+    The message names the server's address; for a managed server also its pid, whether it is
+    still running, and its last lines of output (`output`).
+    """
+
+    def __init__(self, message: str, output: Sequence[str] = ()) -> None:
+        self.output = list(output)
+        super().__init__(with_output(message, self.output))
 
 
 class APIStatusError(APIError):

@@ -9,7 +9,6 @@ import openai
 
 from mlxcel.client._base import BaseLLM
 from mlxcel.client._requests import (
-    api_errors,
     chat_delta,
     chat_request,
     chat_text,
@@ -36,21 +35,21 @@ class AsyncLLM(BaseLLM[openai.AsyncOpenAI]):
     async def generate(self, prompt: str, **sampling: Any) -> str:
         """Complete prompt (POST /v1/completions) and return the text."""
         request = completion_request(await self._served_model(), prompt, sampling)
-        with api_errors():
+        with self._api_errors():
             response = await self._client.completions.create(**request)
         return completion_text(response)
 
     async def chat(self, messages: Iterable[Mapping[str, Any]], **sampling: Any) -> str:
         """Answer a chat (POST /v1/chat/completions) and return the message content."""
         request = chat_request(await self._served_model(), messages, sampling)
-        with api_errors():
+        with self._api_errors():
             response = await self._client.chat.completions.create(**request)
         return chat_text(response)
 
     async def stream_generate(self, prompt: str, **sampling: Any) -> AsyncIterator[str]:
         """Complete prompt, yielding text deltas as they arrive."""
         request = completion_request(await self._served_model(), prompt, sampling)
-        with api_errors():
+        with self._api_errors():
             stream = await self._client.completions.create(stream=True, **request)
             async with stream:
                 async for chunk in stream:
@@ -62,7 +61,7 @@ class AsyncLLM(BaseLLM[openai.AsyncOpenAI]):
     ) -> AsyncIterator[str]:
         """Answer a chat, yielding content deltas as they arrive."""
         request = chat_request(await self._served_model(), messages, sampling)
-        with api_errors():
+        with self._api_errors():
             stream = await self._client.chat.completions.create(stream=True, **request)
             async with stream:
                 async for chunk in stream:

@@ -3,11 +3,16 @@
 import os
 import threading
 from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
+
+import httpx
 
 from mlxcel.client._connection import connect_endpoint, is_managed, launch, resolve_api_key
 from mlxcel.client._endpoint import HEALTH_PROBE_TIMEOUT_S, Endpoint, fetch_model_id, is_healthy
 from mlxcel.client._launch import ServerProcess
+from mlxcel.client._requests import api_errors
+from mlxcel.errors import APIConnectionError
 
 ClientT = TypeVar("ClientT")
 
@@ -90,8 +95,27 @@ class BaseLLM(ABC, Generic[ClientT]):
     def _model_id(self) -> str:
         if self._model is None:
             self._wait_ready()
-            self._model = fetch_model_id(self._endpoint)
+            try:
+                self._model = fetch_model_id(self._endpoint)
+            except httpx.TransportError as exc:
+                raise self._unreachable(exc) from exc
         return self._model
+
+    def _unreachable(self, cause: BaseException) -> APIConnectionError:
+        """A connection failure that says where the server is and, for a managed one, its pid,
+        whether it still runs, and what it printed last."""
+        reason = str(cause) or type(cause).__name__
+        message = f"no answer from the mlxcel server at {self._endpoint.target}: {reason}"
+        if self._process is None:
+            return APIConnectionError(message)
+        code = self._process.returncode
+        state = "still running" if code is None else f"exited with code {code}"
+        message += f" (managed server pid {self._process.pid}, {state})"
+        return APIConnectionError(message, self._process.output.snapshot())
+
+    def _api_errors(self) -> AbstractContextManager[None]:
+        """SDK errors as mlxcel errors, a connection failure naming this server."""
+        return api_errors(self._unreachable)
 
     def _stop_server(self) -> None:
         if self._process is not None:

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import openai
 
-from mlxcel.errors import APIConnectionError, MlxcelError, status_error
+from mlxcel.errors import MlxcelError, status_error
 
 # The SDK insists on a key; a server started without --api-key ignores whatever is sent.
 NO_API_KEY = "not-needed"
@@ -40,6 +40,11 @@ class Endpoint:
     def base_url(self) -> str:
         """The OpenAI-style base URL, ending in /v1."""
         return f"{self.root_url}/v1"
+
+    @property
+    def target(self) -> str:
+        """Where the server is, for messages: its Unix socket's path, or its base URL."""
+        return f"unix socket {self.uds}" if self.uds else self.base_url
 
     def http_client(self, timeout: float = REQUEST_TIMEOUT_S) -> httpx.Client:
         """Return a plain httpx client for the server root, authenticated."""
@@ -84,19 +89,17 @@ def is_healthy(http: httpx.Client) -> bool:
 
 
 def fetch_model_id(endpoint: Endpoint) -> str:
-    """Return the id of the first model listed at /v1/models."""
-    try:
-        with endpoint.http_client() as http:
-            response = http.get("/v1/models")
-    except httpx.TransportError as exc:
-        raise APIConnectionError(f"cannot reach {endpoint.base_url}: {exc}") from exc
+    """Return the id of the first model listed at /v1/models (httpx.TransportError if the
+    server cannot be reached)."""
+    with endpoint.http_client() as http:
+        response = http.get("/v1/models")
     body = _json_or_none(response)
     if response.is_error:
         error = body.get("error", body) if isinstance(body, dict) else response.text
         raise status_error(response.status_code, error)
     models = body.get("data") if isinstance(body, dict) else None
     if not models or not isinstance(models[0], dict) or "id" not in models[0]:
-        raise MlxcelError(f"{endpoint.base_url}/models lists no model: {response.text[:200]}")
+        raise MlxcelError(f"{endpoint.target}: /v1/models lists no model: {response.text[:200]}")
     return str(models[0]["id"])
 
 

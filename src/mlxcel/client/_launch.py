@@ -173,6 +173,11 @@ class ServerProcess:
         """The child's process id."""
         return self._proc.pid
 
+    @property
+    def returncode(self) -> int | None:
+        """The child's exit code, or None while it runs."""
+        return self._proc.poll()
+
     def wait_ready(self, probe: Callable[[], bool], timeout: float) -> None:
         """Poll probe until it succeeds; raise if the child exits or timeout passes first."""
         deadline = time.monotonic() + timeout

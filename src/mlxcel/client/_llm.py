@@ -8,7 +8,6 @@ import openai
 
 from mlxcel.client._base import BaseLLM
 from mlxcel.client._requests import (
-    api_errors,
     chat_delta,
     chat_request,
     chat_text,
@@ -27,7 +26,7 @@ class LLM(BaseLLM[openai.OpenAI]):
 
     def generate(self, prompt: str, **sampling: Any) -> str:
         """Complete prompt (POST /v1/completions) and return the text."""
-        with api_errors():
+        with self._api_errors():
             response = self._client.completions.create(
                 **completion_request(self.model, prompt, sampling)
             )
@@ -35,7 +34,7 @@ class LLM(BaseLLM[openai.OpenAI]):
 
     def chat(self, messages: Iterable[Mapping[str, Any]], **sampling: Any) -> str:
         """Answer a chat (POST /v1/chat/completions) and return the message content."""
-        with api_errors():
+        with self._api_errors():
             response = self._client.chat.completions.create(
                 **chat_request(self.model, messages, sampling)
             )
@@ -44,7 +43,7 @@ class LLM(BaseLLM[openai.OpenAI]):
     def stream_generate(self, prompt: str, **sampling: Any) -> Iterator[str]:
         """Complete prompt, yielding text deltas as they arrive."""
         request = completion_request(self.model, prompt, sampling)
-        with api_errors(), self._client.completions.create(stream=True, **request) as stream:
+        with self._api_errors(), self._client.completions.create(stream=True, **request) as stream:
             for chunk in stream:
                 if text := completion_delta(chunk):
                     yield text
@@ -52,7 +51,10 @@ class LLM(BaseLLM[openai.OpenAI]):
     def stream_chat(self, messages: Iterable[Mapping[str, Any]], **sampling: Any) -> Iterator[str]:
         """Answer a chat, yielding content deltas as they arrive."""
         request = chat_request(self.model, messages, sampling)
-        with api_errors(), self._client.chat.completions.create(stream=True, **request) as stream:
+        with (
+            self._api_errors(),
+            self._client.chat.completions.create(stream=True, **request) as stream,
+        ):
             for chunk in stream:
                 if text := chat_delta(chunk):
                     yield text

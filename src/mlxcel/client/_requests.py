@@ -1,6 +1,6 @@
 """Building completion requests from keyword arguments, and translating SDK errors."""
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -112,14 +112,16 @@ def chat_delta(chunk: ChatCompletionChunk) -> str:
 
 
 @contextmanager
-def api_errors() -> Iterator[None]:
-    """Re-raise openai SDK errors as mlxcel errors, keeping the original as the cause."""
+def api_errors(unreachable: Callable[[BaseException], APIConnectionError]) -> Iterator[None]:
+    """Re-raise openai SDK errors as mlxcel errors, keeping the original as the cause;
+    `unreachable` turns a connection failure into an error that names the server."""
     try:
         yield
     except openai.APIStatusError as exc:
         raise status_error(exc.status_code, exc.body) from exc
     except openai.APIConnectionError as exc:
-        raise APIConnectionError(str(exc)) from exc
+        # The SDK says only "Connection error."; the transport's own error says why.
+        raise unreachable(exc.__cause__ or exc) from exc
     except openai.APIError as exc:
         # An error event in the middle of a stream: the HTTP status was already 200.
         raise APIError(exc.message, error_type=exc.type, param=exc.param, code=exc.code) from exc
