@@ -90,7 +90,7 @@ def test_a_stream_logs_its_access_line_when_it_ends(server: ServerProcess) -> No
     ("method", "path", "body", "status", "model"),
     [
         ("POST", "/v1/chat/completions", {"messages": HI, "max_tokens": "many"}, 400, None),
-        ("POST", "/v1/chat/completions", {"model": "nope", "messages": HI}, 404, "nope"),
+        ("GET", "/v1/models/nope", None, 404, None),
         ("GET", "/v1/no-such-route", None, 404, None),
     ],
 )
