@@ -199,6 +199,7 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="normalised p-less sampling for requests that set neither p_less nor p_less_norm",
     )
     add("--no-warmup", action="store_true", help="skip the warm-up run after loading")
+    add("--no-webui", action="store_true", help="do not serve the browser playground at /")
     add(
         "--log-level",
         choices=LOG_LEVELS,
@@ -411,6 +412,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         queue_size=args.queue_size,
         queue_timeout=args.queue_timeout,
         warmup=not args.no_warmup,
+        webui=not args.no_webui,
         log_level=args.log_level,
         tool_call_parser=args.tool_call_parser,
         reasoning_parser=args.reasoning_parser,

@@ -72,6 +72,7 @@ class ServerConfig:
     queue_size: int = DEFAULT_QUEUE_SIZE
     queue_timeout: float = DEFAULT_QUEUE_TIMEOUT
     warmup: bool = True
+    webui: bool = True
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     log_level: str = DEFAULT_LOG_LEVEL
     tool_call_parser: str = "auto"

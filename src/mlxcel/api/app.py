@@ -12,6 +12,7 @@ from mlxcel.api.cors import Cors
 from mlxcel.api.errors import install_error_handlers
 from mlxcel.api.limits import BodySizeLimit, JsonByDefault
 from mlxcel.api.routes import anthropic, health, native, observe, responses, text
+from mlxcel.api.routes.webui import webui_router
 from mlxcel.config import ServerConfig
 
 
@@ -35,6 +36,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(native.router)
     app.include_router(anthropic.router)
     app.include_router(observe.router)
+    if config.webui:
+        app.include_router(webui_router())
     app.add_middleware(JsonByDefault)
     app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes)
     if config.cors_origins:
