@@ -6,6 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 ARGS ?=
 PYTEST_ARGS ?=
+CHROMIUM := /usr/bin/chromium
 
 SERVER_STAMP := $(VENV)/.mlxcel-server-installed
 TEST_STAMP := $(VENV)/.mlxcel-test-installed
@@ -44,6 +45,11 @@ $(SERVER_STAMP): pyproject.toml | $(BIN)/python
 	touch $@
 
 # The tests also run the MLX engine on a tiny model they build; serving a GGUF needs none of it.
+# The playground's browser tests drive Debian's chromium through Playwright (whose own browser
+# downloads are not used), so it comes from apt when missing.
 $(TEST_STAMP): $(SERVER_STAMP)
 	$(BIN)/pip install -e '.[server,mlx,dev]'
+	@test -x $(CHROMIUM) || { \
+		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		$$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
 	touch $@
