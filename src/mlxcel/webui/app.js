@@ -80,8 +80,9 @@ function drawModelPicker() {
       return el("option", { value: m.id, title: m.reason ?? "" }, label);
     }),
   );
-  if (!models.some((m) => m.id === state.conversation.model)) {
-    state.conversation.model = models[0]?.id ?? null;
+  // Before the list arrives a conversation keeps the model it was saved with.
+  if (models.length && !models.some((m) => m.id === state.conversation.model)) {
+    state.conversation.model = models[0].id;
   }
   picker.value = state.conversation.model ?? "";
   picker.disabled = !models.length;
@@ -91,6 +92,16 @@ function drawModelPicker() {
   $("model-info").title = model?.reason ?? "";
   $("attach").hidden = !model?.capabilities.has("vision");
   loadDefaults();
+}
+
+/** Read the list again after a reply: a model may have loaded (or unloaded) meanwhile. */
+async function refreshModels() {
+  try {
+    state.models = describeModels(await getJson("/v1/models"));
+    drawModelPicker();
+  } catch {
+    // The next reply says what is wrong, if anything still is.
+  }
 }
 
 async function loadDefaults() {
@@ -302,6 +313,7 @@ async function reply(body) {
   save();
   drawMessages();
   if (follow) $("messages").scrollTop = $("messages").scrollHeight;
+  refreshModels();
 }
 
 function send() {
