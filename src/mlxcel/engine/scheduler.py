@@ -17,6 +17,7 @@ from mlxcel.engine.text import IncrementalText, StopMatcher
 from mlxcel.engine.types import (
     EngineError,
     Feed,
+    PromptProgress,
     Sample,
     SamplingParams,
     SavesState,
@@ -82,9 +83,15 @@ class _Running:
     generated: int = 0
     last_token: int = -1
     last_time: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+    first_time: float | None = None
+    """When the first token was sampled: prompt time ends and generation time starts."""
+    newline: bool = False
     text: IncrementalText = field(default_factory=IncrementalText)
     stops: StopMatcher = field(init=False)
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    pending: list[int] = field(default_factory=list)
+    """Tokens generated since the last event."""
 
     def __post_init__(self) -> None:
         params = self.job.params
@@ -98,6 +105,21 @@ class _Running:
         """Log-probabilities gathered since the last event."""
         taken, self.logprobs = tuple(self.logprobs), []
         return taken
+
+    def take_tokens(self) -> tuple[int, ...]:
+        """Token ids generated since the last event."""
+        taken, self.pending = tuple(self.pending), []
+        return taken
+
+    def elapsed_ms(self, now: float) -> tuple[float, float]:
+        """Milliseconds spent on the prompt, and generating since the first token."""
+        first = now if self.first_time is None else self.first_time
+        return (first - self.started) * 1e3, (now - first) * 1e3
+
+    def out_of_time(self, now: float) -> bool:
+        """llama-server's t_max_predict_ms: past the limit, once a newline has been generated."""
+        limit = self.job.params.t_max_predict_ms
+        return limit > 0 and self.newline and self.elapsed_ms(now)[1] > limit
 
 
 def _about(job: _Job) -> dict[str, str]:
@@ -188,7 +210,8 @@ class Scheduler:
             while self._waiting:
                 job = self._waiting[0]
                 expired = timeout > 0 and time.monotonic() - job.arrived > timeout
-                if not expired and not job.handle.cancelled and not self._pool.has_free:
+                free = self._pool.can_take(job.params.id_slot)
+                if not expired and not job.handle.cancelled and not free:
                     return None
                 self._waiting.popleft()
                 if expired:
@@ -203,8 +226,9 @@ class Scheduler:
 
     def _admit(self) -> None:
         while (job := self._next_job()) is not None:
-            slot, cached = self._pool.choose(job.prompt)
-            cached = self._swap_cached(slot, cached, job.prompt)
+            slot, shared = self._pool.choose(job.prompt, job.params.id_slot)
+            # cache_prompt false: the prompt is evaluated from its first token.
+            cached = self._swap_cached(slot, shared, job.prompt) if job.params.cache_prompt else 0
             with self._wakeup:
                 self._pool.claim(slot, job.handle.request_id, cached)
             error = self._open(job, slot, cached)
@@ -278,7 +302,9 @@ class Scheduler:
             if r.prefilling and budget > 0:
                 chunk = r.job.prompt[r.fed : r.fed + budget]
                 budget -= len(chunk)
-                feeds.append(Feed(r.slot, chunk, r.fed + len(chunk) == len(r.job.prompt)))
+                # With no token to generate (max_tokens 0) the prompt is only evaluated.
+                last = r.fed + len(chunk) == len(r.job.prompt)
+                feeds.append(Feed(r.slot, chunk, last and r.job.params.max_tokens > 0))
         return feeds
 
     def _step(self) -> None:
@@ -294,18 +320,60 @@ class Scheduler:
         for feed, sample in zip(feeds, samples, strict=True):
             running = by_slot[feed.slot]
             self._pool.fed(feed.slot, feed.tokens)
-            running.fed += len(feed.tokens) if running.prefilling else 0
+            if running.prefilling:
+                running.fed += len(feed.tokens)
+                self._on_prompt_fed(running)
             if sample is not None:
-                self._observe_latency(running)
-                self._on_token(running, sample)
+                self._on_token(running, sample, self._observe_latency(running))
 
-    def _observe_latency(self, running: _Running) -> None:
+    def _on_prompt_fed(self, running: _Running) -> None:
+        params = running.job.params
+        if params.return_progress:
+            total, prompt_ms = len(running.job.prompt), running.elapsed_ms(time.monotonic())[0]
+            progress = PromptProgress(total, running.cached, running.fed, prompt_ms)
+            running.job.handle.deliver(self._event(running, "", progress=progress))
+        if not running.prefilling and params.max_tokens == 0:
+            self._finish(running, "", "length", stop_reason="limit")
+
+    def _observe_latency(self, running: _Running) -> float:
         now = time.monotonic()
         first = running.generated == 0
         self._metrics.token(first, now - (running.job.arrived if first else running.last_time))
         running.last_time = now
+        if first:
+            running.first_time = now
+        return now
 
-    def _on_token(self, running: _Running, sample: Sample) -> None:
+    def _event(
+        self,
+        running: _Running,
+        text: str,
+        *,
+        finish_reason: str | None = None,
+        error: EngineError | None = None,
+        stop_reason: str | None = None,
+        progress: PromptProgress | None = None,
+    ) -> TokenEvent:
+        """An event for the request, with what every event reports."""
+        prompt_ms, predicted_ms = running.elapsed_ms(time.monotonic())
+        return TokenEvent(
+            text,
+            running.take_tokens(),
+            finish_reason=finish_reason,
+            prompt_tokens=len(running.job.prompt),
+            completion_tokens=running.generated,
+            error=error,
+            logprobs=running.take_logprobs(),
+            stop_reason=stop_reason,
+            stop_word=running.stops.matched if stop_reason == "word" else None,
+            cached_tokens=running.cached,
+            prompt_ms=prompt_ms,
+            predicted_ms=predicted_ms,
+            slot=running.slot,
+            progress=progress,
+        )
+
+    def _on_token(self, running: _Running, sample: Sample, now: float) -> None:
         generator = self._generator
         params = running.job.params
         token = sample.token
@@ -321,21 +389,25 @@ class Scheduler:
             return
         running.generated += 1
         running.last_token = token
+        running.pending.append(token)
         special = params.render_special
         piece = generator.token_bytes(token, special=special)
+        running.newline = running.newline or b"\n" in piece
         if sample.logprob is not None:
             top = tuple((t, generator.token_bytes(t, special=special), lp) for t, lp in sample.top)
             running.logprobs.append(TokenLogprob(token, piece, sample.logprob, top))
         text, stopped = running.stops.push(running.text.push(piece))
         if stopped:
             self._finish(running, text, "stop", stop_reason="word")
-        elif running.generated >= params.max_tokens or (
-            len(running.job.prompt) + running.generated >= generator.n_ctx_seq
+        elif (
+            running.generated >= params.max_tokens
+            or len(running.job.prompt) + running.generated >= generator.n_ctx_seq
+            or running.out_of_time(now)
         ):
             tail = running.stops.push(running.text.flush())[0] + running.stops.flush()
             self._finish(running, text + tail, "length", stop_reason="limit")
         elif text:
-            running.job.handle.deliver(TokenEvent(text, (token,), logprobs=running.take_logprobs()))
+            running.job.handle.deliver(self._event(running, text))
 
     def _finish(
         self,
@@ -346,18 +418,7 @@ class Scheduler:
         stop_reason: str | None = None,
     ) -> None:
         running.job.handle.deliver(
-            TokenEvent(
-                text,
-                (),
-                finish_reason=reason,
-                prompt_tokens=len(running.job.prompt),
-                completion_tokens=running.generated,
-                error=error,
-                logprobs=running.take_logprobs(),
-                stop_reason=stop_reason,
-                stop_word=running.stops.matched if stop_reason == "word" else None,
-                cached_tokens=running.cached,
-            )
+            self._event(running, text, finish_reason=reason, error=error, stop_reason=stop_reason)
         )
         logger.debug(
             "slot %d: %s after %d tokens",

@@ -46,14 +46,19 @@ class SlotPool:
         """Whether a request could start now."""
         return self.free_count > 0
 
-    def choose(self, prompt: list[int]) -> tuple[int, int]:
+    def can_take(self, pinned: int) -> bool:
+        """Whether a request could start now in slot `pinned` (-1: in any slot)."""
+        return self.has_free if pinned < 0 else not self.slots[pinned].busy
+
+    def choose(self, prompt: list[int], pinned: int = -1) -> tuple[int, int]:
         """The free slot for `prompt` and how many of its tokens already sit in its KV state.
 
-        At least one prompt token is always left to evaluate, since sampling needs its logits.
+        `pinned` >= 0 asks for that slot. At least one prompt token is always left to
+        evaluate, since sampling needs its logits.
         """
         best, best_shared = -1, -1
         for index, slot in enumerate(self.slots):
-            if slot.busy:
+            if slot.busy or pinned not in (-1, index):
                 continue
             shared = min(common_prefix(slot.tokens, prompt), len(prompt) - 1)
             better = shared > best_shared or (

@@ -8,6 +8,22 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 DRY_BREAKERS = ("\n", ":", '"', "*")
 
+# The stages of llama-server's sampler chain, by its names (`samplers`), in its default order.
+# `top_n_sigma` is kept as a name only: its threshold is off unless set, and nothing sets it here.
+SamplerStage = Literal[
+    "penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"
+]
+DEFAULT_SAMPLERS: tuple[SamplerStage, ...] = (
+    "penalties",
+    "dry",
+    "top_k",
+    "typ_p",
+    "top_p",
+    "min_p",
+    "xtc",
+    "temperature",
+)
+
 
 # How SamplingParams.grammar is written: GBNF (llama-server) or llguidance lark.
 GrammarSyntax = Literal["gbnf", "lark"]
@@ -15,7 +31,7 @@ GrammarSyntax = Literal["gbnf", "lark"]
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Per-request sampling, already resolved against the server's defaults."""
+    """Per-request generation settings, already resolved against the server's defaults."""
 
     max_tokens: int
     temperature: float
@@ -56,6 +72,21 @@ class SamplingParams:
     """`gbnf`, or `lark`: llguidance's, whose `%json {...}` rules hold a whole JSON schema."""
     render_special: bool = False
     """Control tokens appear in the text (for parsers whose markers are control tokens)."""
+    samplers: tuple[SamplerStage, ...] = DEFAULT_SAMPLERS
+    """The truncation and temperature stages after logit bias, in order; a stage left out is
+    not applied. Temperature <= 0 is greedy whatever the order."""
+    mirostat: int = 0
+    """1 or 2: Mirostat (after temperature) replaces the stages; 0: off."""
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    t_max_predict_ms: float = 0.0
+    """Once a newline is out, stop when generating has taken longer than this; 0: no limit."""
+    cache_prompt: bool = True
+    """Reuse a cached prefix of the prompt (False: evaluate it all)."""
+    id_slot: int = -1
+    """The slot to run in (-1: whichever suits)."""
+    return_progress: bool = False
+    """Send prompt-processing progress events while the prompt is evaluated."""
 
 
 @dataclass(frozen=True)
@@ -182,11 +213,24 @@ class TokenLogprob:
 
 
 @dataclass(frozen=True)
+class PromptProgress:
+    """How far evaluating a prompt has got: tokens in all, found cached, evaluated so far."""
+
+    total: int
+    cache: int
+    processed: int
+    time_ms: float
+
+
+@dataclass(frozen=True)
 class TokenEvent:
     """What the engine sends back for a request: new text, and at the end why it stopped.
 
-    `stop_reason` refines a finish: "eos", "word" (a stop string, in `stop_word`), "token"
-    (a stop token id) or "limit".
+    `token_ids` are the tokens generated since the last event (an end-of-generation token that
+    ended it excluded); the token counts are the request's so far. `stop_reason` refines a
+    finish: "eos", "word" (a stop string, in `stop_word`), "token" (a stop token id) or "limit".
+    `prompt_ms` is the time from admission to the first token, `predicted_ms` from there to
+    this event; `slot` is where it runs. An event with `progress` reports prompt evaluation.
     """
 
     text: str
@@ -199,6 +243,10 @@ class TokenEvent:
     stop_reason: str | None = None
     stop_word: str | None = None
     cached_tokens: int = 0
+    prompt_ms: float = 0.0
+    predicted_ms: float = 0.0
+    slot: int = -1
+    progress: PromptProgress | None = None
 
 
 @runtime_checkable

@@ -10,7 +10,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
-from mlxcel.engine.types import EngineError, Sample, SamplingParams
+from mlxcel.engine.types import EngineError, Sample, SamplerStage, SamplingParams
 
 # OpenAI's logit_bias of -100/100 means "never"/"always"; llama.cpp wants infinities for that.
 _BIAS_LIMIT = 100.0
@@ -124,11 +124,52 @@ def _seed(params: SamplingParams) -> int:
     return llama_cpp.LLAMA_DEFAULT_SEED if params.seed is None else params.seed & 0xFFFFFFFF
 
 
+def _stage(stage: SamplerStage, vocab: Any, n_ctx: int, params: SamplingParams) -> Any | None:
+    """llama.cpp's sampler for one stage of the chain; None where its setting leaves it off."""
+    if stage == "penalties":
+        neutral = (params.repeat_penalty, params.frequency_penalty, params.presence_penalty)
+        return None if neutral == (1, 0, 0) else _penalties(params)
+    if stage == "dry":
+        return _dry(vocab, params, n_ctx) if params.dry_multiplier > 0 else None
+    if stage == "top_k":
+        return llama_cpp.llama_sampler_init_top_k(params.top_k) if params.top_k > 0 else None
+    if stage == "typ_p" and params.typical_p < 1.0:
+        return llama_cpp.llama_sampler_init_typical(params.typical_p, 1)
+    if stage == "top_p" and params.top_p < 1.0:
+        return llama_cpp.llama_sampler_init_top_p(params.top_p, 1)
+    if stage == "min_p" and params.min_p > 0.0:
+        return llama_cpp.llama_sampler_init_min_p(params.min_p, 1)
+    if stage == "xtc" and params.xtc_probability > 0:
+        return llama_cpp.llama_sampler_init_xtc(
+            params.xtc_probability, params.xtc_threshold, 1, _seed(params)
+        )
+    if stage == "temperature":
+        return llama_cpp.llama_sampler_init_temp(params.temperature)
+    return None
+
+
+# With temperature <= 0 the most likely token is taken: only these stages can change which.
+_GREEDY_STAGES = ("penalties", "dry")
+
+
+def _pick(n_vocab: int, params: SamplingParams) -> Any:
+    """The sampler that draws the token: greedy, Mirostat 1 or 2, or from the distribution."""
+    if params.temperature <= 0:
+        return llama_cpp.llama_sampler_init_greedy()
+    tau, eta = params.mirostat_tau, params.mirostat_eta
+    if params.mirostat == 1:
+        return llama_cpp.llama_sampler_init_mirostat(n_vocab, _seed(params), tau, eta, 100)
+    if params.mirostat == 2:
+        return llama_cpp.llama_sampler_init_mirostat_v2(_seed(params), tau, eta)
+    return llama_cpp.llama_sampler_init_dist(_seed(params))
+
+
 def build_chain(
     vocab: Any, n_vocab: int, n_ctx: int, params: SamplingParams, banned: Iterable[int] = ()
 ) -> Any:
-    """A sampler chain in llama-server's order, p-less last before the draw; `banned` tokens can
-    never be picked."""
+    """A sampler chain as llama-server builds one: grammar, logit bias, then the `samplers`
+    stages in order (Mirostat: temperature alone), p-less last, then the pick; `banned` tokens
+    never win."""
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
 
     def add(sampler: Any) -> None:
@@ -141,31 +182,15 @@ def build_chain(
     biases = list(params.logit_bias) + [(token, -_BIAS_LIMIT) for token in banned]
     if biases:
         add(_logit_bias(n_vocab, biases))
-    if (params.repeat_penalty, params.frequency_penalty, params.presence_penalty) != (1, 0, 0):
-        add(_penalties(params))
-    if params.dry_multiplier > 0:
-        add(_dry(vocab, params, n_ctx))
-    if params.temperature <= 0:
-        add(llama_cpp.llama_sampler_init_greedy())
-        return chain
-    if params.top_k > 0:
-        add(llama_cpp.llama_sampler_init_top_k(params.top_k))
-    if params.typical_p < 1.0:
-        add(llama_cpp.llama_sampler_init_typical(params.typical_p, 1))
-    if params.top_p < 1.0:
-        add(llama_cpp.llama_sampler_init_top_p(params.top_p, 1))
-    if params.min_p > 0.0:
-        add(llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
-    if params.xtc_probability > 0:
-        add(
-            llama_cpp.llama_sampler_init_xtc(
-                params.xtc_probability, params.xtc_threshold, 1, _seed(params)
-            )
-        )
-    add(llama_cpp.llama_sampler_init_temp(params.temperature))
-    if params.p_less or params.p_less_norm:
+    stages = ("temperature",) if params.mirostat else params.samplers
+    for stage in stages:
+        if params.temperature > 0 or stage in _GREEDY_STAGES:
+            sampler = _stage(stage, vocab, n_ctx, params)
+            if sampler is not None:
+                add(sampler)
+    if params.temperature > 0 and (params.p_less or params.p_less_norm):
         add(p_less_sampler(norm=params.p_less_norm))
-    add(llama_cpp.llama_sampler_init_dist(_seed(params)))
+    add(_pick(n_vocab, params))
     return chain
 
 

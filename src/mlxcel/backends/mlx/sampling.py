@@ -17,7 +17,8 @@ from mlx_lm.sample_utils import (
 
 from mlxcel.backends.guidance import Constraint
 from mlxcel.backends.mlx.dry import Dry
-from mlxcel.engine.types import Sample, SamplingParams
+from mlxcel.backends.mlx.mirostat import Mirostat
+from mlxcel.engine.types import Sample, SamplerStage, SamplingParams
 
 # OpenAI's logit_bias of -100 means "never": make it so whatever the other logits are.
 _BIAS_LIMIT = 100.0
@@ -25,6 +26,14 @@ _BIAS_LIMIT = 100.0
 
 def _log_softmax(logits: mx.array) -> mx.array:
     return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+
+
+def _top_p(logits: mx.array, top_p: float) -> mx.array:
+    """Keep the most likely tokens that together reach `top_p` (0: the most likely only)."""
+    logprobs = _log_softmax(logits)
+    if top_p <= 0:
+        return mx.where(logprobs < mx.max(logprobs, axis=-1, keepdims=True), -mx.inf, logits)
+    return mx.where(apply_top_p(logprobs, top_p) == -mx.inf, -mx.inf, logits)
 
 
 def _min_p(logprobs: mx.array, min_p: float) -> mx.array:
@@ -80,13 +89,17 @@ def _top_logprobs(logprobs: mx.array, n: int) -> tuple[tuple[int, float], ...]:
     )
 
 
-def _processors(params: SamplingParams) -> list[LogitsProcessor]:
-    """mlx-lm's logit bias and penalties, over the last `repeat_last_n` generated tokens."""
+def _bias(params: SamplingParams) -> list[LogitsProcessor]:
+    """mlx-lm's logit bias."""
     bias = {t: -mx.inf if b <= -_BIAS_LIMIT else b for t, b in params.logit_bias}
+    return make_logits_processors(logit_bias=bias or None)
+
+
+def _penalties(params: SamplingParams) -> list[LogitsProcessor]:
+    """mlx-lm's penalties, over the last `repeat_last_n` generated tokens."""
     # llama.cpp reads a window of 0 as "no penalties"; mlx-lm would read it as "all tokens".
     window = params.repeat_last_n
     return make_logits_processors(
-        logit_bias=bias or None,
         repetition_penalty=params.repeat_penalty if window and params.repeat_penalty != 1 else None,
         repetition_context_size=window,
         presence_penalty=params.presence_penalty if window else None,
@@ -96,9 +109,15 @@ def _processors(params: SamplingParams) -> list[LogitsProcessor]:
     )
 
 
+# With temperature <= 0 the most likely token is taken: only these stages can change which.
+_GREEDY_STAGES = ("penalties", "dry")
+
+
 class SlotSampler:
-    """Grammar, logit bias, penalties, DRY, then greedy or top-k/typical/top-p/min-p/XTC/temp,
-    and p-less last before the draw."""
+    """Grammar, logit bias, then the `samplers` stages in order (penalties, DRY, top-k, typical,
+    top-p, min-p, XTC, temperature by default) and a draw; greedy at temperature <= 0, and
+    Mirostat after temperature alone when asked for, as llama-server's chain does; p-less
+    last before the draw."""
 
     def __init__(
         self,
@@ -121,7 +140,13 @@ class SlotSampler:
             end_of_generation if params.ignore_eos else [*end_of_generation, *params.stop_token_ids]
         )
         self._banned = mx.array(sorted(set(banned))) if banned else None
-        self._processors = _processors(params)
+        self._bias = _bias(params)
+        self._penalties = _penalties(params)
+        self._mirostat = (
+            Mirostat(params.mirostat, params.mirostat_tau, params.mirostat_eta, n_vocab)
+            if params.mirostat and params.temperature > 0
+            else None
+        )
 
     def _banning(self) -> bool:
         params = self._params
@@ -136,39 +161,57 @@ class SlotSampler:
 
     def _process(self, logits: mx.array) -> mx.array:
         history = mx.array(self.generated, dtype=mx.int32)
-        for processor in self._processors:
+        for processor in self._bias:
             logits = processor(history, logits)
         if self._banned is not None and self._banning():
             logits = logits.at[:, self._banned].add(-mx.inf)
-        if self._dry is not None and self.generated:
+        return logits
+
+    def _stage(self, stage: SamplerStage, logits: mx.array, xtc_key: mx.array) -> mx.array:
+        """One stage of the chain over (masked) raw logits; a stage its setting leaves off
+        returns them as they are."""
+        params = self._params
+        if stage == "penalties":
+            history = mx.array(self.generated, dtype=mx.int32)
+            for processor in self._penalties:
+                logits = processor(history, logits)
+        elif stage == "dry" and self._dry is not None and self.generated:
             penalties = self._dry.penalties(self.generated)
             if penalties:
                 ids = mx.array(list(penalties))
                 logits = logits.at[:, ids].subtract(mx.array(list(penalties.values())))
+        elif stage == "top_k" and 0 < params.top_k < self._n_vocab:
+            logits = apply_top_k(logits, params.top_k)
+        elif stage == "typ_p" and params.typical_p < 1:
+            logits = _typical(logits, params.typical_p)
+        elif stage == "top_p" and params.top_p < 1:
+            logits = _top_p(logits, params.top_p)
+        elif stage == "min_p" and params.min_p > 0:
+            logits = _min_p(logits, min(params.min_p, 1.0))
+        elif stage == "xtc" and params.xtc_probability > 0 and params.xtc_threshold <= 0.5:
+            chance = mx.random.uniform(key=xtc_key)
+            logits = mx.where(
+                chance < params.xtc_probability, _xtc(logits, params.xtc_threshold), logits
+            )
+        elif stage == "temperature":
+            logits = logits * (1 / params.temperature)
         return logits
 
     def _choose(self, logits: mx.array) -> mx.array:
         params = self._params
         if params.temperature <= 0:
+            for stage in params.samplers if not params.mirostat else ():
+                if stage in _GREEDY_STAGES:
+                    logits = self._stage(stage, logits, self._key)
             return mx.argmax(logits, axis=-1)
         self._key, xtc_key, draw_key = mx.random.split(self._key, 3)
-        logprobs = _log_softmax(logits)
-        if 0 < params.top_k < self._n_vocab:
-            logprobs = apply_top_k(logprobs, params.top_k)
-        if params.typical_p < 1:
-            logprobs = _typical(logprobs, params.typical_p)
-        if params.top_p < 1:
-            logprobs = apply_top_p(logprobs, params.top_p)
-        if params.min_p > 0:
-            logprobs = _min_p(logprobs, min(params.min_p, 1.0))
-        if params.xtc_probability > 0 and params.xtc_threshold <= 0.5:
-            chance = mx.random.uniform(key=xtc_key)
-            logprobs = mx.where(
-                chance < params.xtc_probability, _xtc(logprobs, params.xtc_threshold), logprobs
-            )
-        logits = logprobs * (1 / params.temperature)
+        stages = ("temperature",) if self._mirostat is not None else params.samplers
+        for stage in stages:
+            logits = self._stage(stage, logits, xtc_key)
         if params.p_less or params.p_less_norm:
             logits = p_less(logits, norm=params.p_less_norm)
+        if self._mirostat is not None:
+            return self._mirostat.choose(logits, draw_key)
         return mx.random.categorical(logits, key=draw_key)
 
     def choose(self, logits: mx.array) -> tuple[mx.array, mx.array | None]:
@@ -186,6 +229,8 @@ class SlotSampler:
         self.generated.append(token)
         if self._constraint is not None:
             self._constraint.advance(token)
+        if self._mirostat is not None:
+            self._mirostat.accept(token)
         top_n = self._params.logprobs
         if top_n is None or logprobs is None:
             return Sample(token)
