@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -65,3 +66,16 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build_model(root / LLAMA_DIR, "llama")
     build_model(root / "tiny-qwen3", "qwen3", seed=1)
     return root
+
+
+@pytest.fixture
+def http(server: ServerProcess) -> Iterator[httpx.Client]:
+    """An httpx client on the TCP server, for the bodies the SDK does not send."""
+    with server.http() as client:
+        yield client
+
+
+def ok(response: httpx.Response) -> Any:
+    """The JSON of a response that must be a 200."""
+    assert response.status_code == 200, response.text
+    return response.json()

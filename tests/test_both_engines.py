@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -186,3 +188,51 @@ def test_structured_output_on_each_engine(engine: ServerProcess) -> None:
         {"ok": True},
         {"ok": False},
     )
+
+
+def _two_token_bias(http: httpx.Client, prompt: str) -> tuple[list[list[Any]], str, str]:
+    """Biases that leave the prompt's two likeliest tokens 1 nat apart and the rest far behind."""
+    body = {"prompt": prompt, "n_predict": 1, "n_probs": 2, "temperature": 0}
+    first = http.post("/completion", json=body).json()["completion_probabilities"][0]
+    a, b = first["top_logprobs"]
+    bias = [[a["id"], 20 - a["logprob"]], [b["id"], 19 - b["logprob"]]]
+    return bias, a["token"], b["token"]
+
+
+def test_llama_server_sampler_chain_on_each_engine(engine: ServerProcess) -> None:
+    with engine.http() as http:
+
+        def texts(**body: Any) -> set[str]:
+            body = {"prompt": "Hello", "max_tokens": 6, "ignore_eos": True, **body}
+            answer = http.post("/v1/completions", json=body)
+            assert answer.status_code == 200, answer.text
+            return {c["text"] for c in answer.json()["choices"]}
+
+        greedy = texts(temperature=0)
+        many = {"temperature": 1.5, "n": 3, "seed": 1}
+        assert texts(top_k=1, samplers="kt", **many) == greedy
+        assert len(texts(top_k=1, samplers=["temperature"], **many)) > 1
+        for version in (1, 2):
+            assert texts(mirostat=version, mirostat_tau=0.01, **many) == greedy
+            loose = {"mirostat": version, "mirostat_tau": 10, "temperature": 1.0, "seed": 5}
+            assert texts(**loose) == texts(**loose)
+        # At temperature 1, b is 0.37 as likely as a: min_p 0.5 drops it. At 2, 0.61: kept.
+        bias, a, b = _two_token_bias(http, "Hello")
+        order = {"max_tokens": 1, "n": 16, "seed": 7, "temperature": 2.0, "min_p": 0.5}
+        order |= {"top_k": 0, "top_p": 1.0, "logit_bias": bias, "ignore_eos": False}
+        assert texts(samplers=["min_p", "temperature"], **order) == {a}
+        assert texts(samplers=["temperature", "min_p"], **order) == {a, b}
+
+
+def test_llama_server_request_fields_on_each_engine(engine: ServerProcess) -> None:
+    with engine.http() as http:
+        body = {"prompt": "Hello", "n_predict": 4, "ignore_eos": True, "temperature": 0}
+        first = http.post("/completion", json={**body, "n_probs": 2, "return_tokens": True})
+        answer = first.json()
+        assert len(answer["completion_probabilities"]) == len(answer["tokens"]) == 4
+        again = http.post("/completion", json=body).json()
+        assert again["tokens_cached"] == answer["tokens_evaluated"] - 1
+        fresh = http.post("/completion", json={**body, "cache_prompt": False}).json()
+        assert fresh["tokens_cached"] == 0 and fresh["content"] == again["content"]
+        empty = http.post("/v1/completions", json={"prompt": "Hello", "max_tokens": 0}).json()
+        assert empty["usage"]["completion_tokens"] == 0

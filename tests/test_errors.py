@@ -69,8 +69,10 @@ def test_unimplemented_fields_get_400_naming_them(
         ({"prompt": "x", "suffix": "y"}, "suffix"),
         ({"prompt": "x", "best_of": 3}, "best_of"),
         ({"prompt": "x", "n": 0}, "n"),
-        ({"prompt": "x", "logit_bias": {"5": 101}}, "logit_bias"),
-        ({"prompt": "x", "logit_bias": {"abc": 1}}, "logit_bias.abc.[key]"),
+        ({"prompt": "x", "logit_bias": {"5": 101}}, "logit_bias.0.1"),
+        ({"prompt": "x", "logit_bias": {"5": "high"}}, "logit_bias.0.1"),
+        ({"prompt": "x", "logit_bias": [[5, True]]}, "logit_bias.0.1"),
+        ({"prompt": "x", "logit_bias": [[5]]}, "logit_bias.0.1"),
         ({"prompt": "x", "logprobs": 21}, "logprobs"),
     ],
 )

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import start
+from tests.conftest import ok, start
 from tests.portable import stop_inside
 from tests.server_process import ServerProcess
 
@@ -17,17 +17,6 @@ pytestmark = pytest.mark.slow
 
 COUNTING = "1, 2, 3, 4,"
 HELLO = [{"role": "user", "content": "Tell me a joke about owls."}]
-
-
-@pytest.fixture
-def http(server: ServerProcess) -> Iterator[httpx.Client]:
-    with server.http() as client:
-        yield client
-
-
-def ok(response: httpx.Response) -> Any:
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def bad_request(response: httpx.Response) -> dict[str, Any]:
@@ -172,7 +161,14 @@ def test_prompt_as_token_ids_equals_prompt_as_text(http: httpx.Client) -> None:
 
 
 def test_completion_rejects_what_it_cannot_do(http: httpx.Client) -> None:
-    for field, value in (("mirostat", 2), ("n_probs", 3), ("id_slot", 0)):
+    for field, value in (
+        ("lora", [{"id": 0, "scale": 1}]),
+        ("mirostat", 3),
+        ("id_slot", 1),
+        ("samplers", ["infill"]),
+        ("samplers", "kq"),
+        ("response_fields", "content"),
+    ):
         response = http.post("/completion", json={"prompt": COUNTING, field: value})
         assert bad_request(response)["param"] == field
     response = http.post("/completion", json={"prompt": [1, 10**9]})

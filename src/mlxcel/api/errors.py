@@ -13,6 +13,9 @@ from mlxcel.serving.errors import APIError, invalid_request
 
 logger = logging.getLogger(__name__)
 
+# Validation errors about a field or content part the server knows but does not do.
+_UNSUPPORTED = ("unsupported_value", "unsupported_content_part")
+
 
 def validation_error(exc: RequestValidationError) -> APIError:
     """A request body that failed validation, as a 400 naming the field."""
@@ -29,7 +32,9 @@ def validation_error(exc: RequestValidationError) -> APIError:
             f"unsupported field '{param}'", param=param, code="unsupported_field"
         )
     where = f"'{param}': " if param else ""
-    return invalid_request(f"{where}{first.get('msg', 'invalid value')}", param=param)
+    # What the field policy refuses (api/schemas/policy.py) is a field this server cannot do.
+    code = "unsupported_field" if first.get("type") in _UNSUPPORTED else None
+    return invalid_request(f"{where}{first.get('msg', 'invalid value')}", param=param, code=code)
 
 
 def install_error_handlers(app: FastAPI) -> None:

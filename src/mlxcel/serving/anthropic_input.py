@@ -33,6 +33,7 @@ from mlxcel.api.schemas.chat import (
     NamedToolChoice,
     ToolCall,
     ToolDef,
+    text_parts,
 )
 from mlxcel.api.schemas.common import ReasoningEffort, SamplingFields
 from mlxcel.serving.errors import APIError, invalid_request
@@ -101,7 +102,7 @@ def _user_turns(blocks: list[Block], param: str, names: dict[str, str]) -> list[
 
     def flush() -> None:
         if text:
-            turns.append(ChatMessage(role="user", content="".join(text)))
+            turns.append(ChatMessage(role="user", content=text_parts("".join(text))))
             text.clear()
 
     for index, block in enumerate(blocks):
@@ -114,7 +115,7 @@ def _user_turns(blocks: list[Block], param: str, names: dict[str, str]) -> list[
                 ChatMessage(
                     role="tool",
                     tool_call_id=block.tool_use_id,
-                    content=_result_text(block, where),
+                    content=text_parts(_result_text(block, where)),
                     name=names.get(block.tool_use_id),
                 )
             )
@@ -144,7 +145,7 @@ def _assistant_turn(blocks: list[Block], param: str, names: dict[str, str]) -> C
             _refuse(block, f"{param}.{index}", "assistant")
     return ChatMessage(
         role="assistant",
-        content="".join(text) if text or not calls else None,
+        content=text_parts("".join(text)) if text or not calls else None,
         tool_calls=calls or None,
         reasoning_content="".join(thinking) if thinking else None,
     )
@@ -176,7 +177,7 @@ def _system(request: CountTokensRequest) -> list[ChatMessage]:
     if not system:
         return []
     text = system if isinstance(system, str) else "".join(block.text for block in system)
-    return [ChatMessage(role="system", content=text)]
+    return [ChatMessage(role="system", content=text_parts(text))]
 
 
 def _tool_choice(request: CountTokensRequest) -> tuple[Any, bool | None]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from mlxcel.api.schemas.chat import ChatCompletionRequest
 from mlxcel.engine.registry import LoadedModel
+from mlxcel.engine.types import TokenEvent
 from mlxcel.serving.answer import AnswerStream, parse_answer, renders_special_tokens
 from mlxcel.serving.chat_template import render_chat
 from mlxcel.serving.errors import invalid_request
@@ -27,6 +28,7 @@ from mlxcel.serving.text import (
     total_usage,
     usage_chunk,
 )
+from mlxcel.serving.timings import answer_timings, progress_chunk, with_timings
 from mlxcel.serving.tools import DEFAULT_PARSER, ToolPlan, plan_tools, template_messages
 
 
@@ -38,15 +40,23 @@ class ChatJob:
     tools: ToolPlan | None
     reasoning: str | None = None
     """The reasoning parser's name, when the model's thinking is split from its answer."""
+    legacy: bool = False
+    """Tools came as legacy `functions`: the call goes back as `function_call`."""
+    timings_per_token: bool = False
 
 
 def _plan(model: LoadedModel, request: ChatCompletionRequest, tool_parser: str) -> ToolPlan | None:
-    tools = [t.model_dump(exclude_none=True) for t in request.tools or []]
-    choice = request.tool_choice
-    named = choice.model_dump() if choice is not None and not isinstance(choice, str) else choice
-    parallel = request.parallel_tool_calls is not False
+    tools = [t.model_dump(exclude_none=True) for t in request.tool_defs()]
+    # Legacy function calling answers with one call.
+    parallel = request.parallel_tool_calls is not False and not request.legacy_functions
     template = model.chat_template
-    return plan_tools(tools, named, parallel, tool_parser, template.source if template else None)
+    return plan_tools(
+        tools,
+        request.tool_choice_value(),
+        parallel,
+        tool_parser,
+        template.source if template else None,
+    )
 
 
 def chat_prompt(
@@ -125,12 +135,29 @@ def prepare_chat(
         )
         for g in generations
     ]
-    return ChatJob(generations, plan, reasoning)
+    return ChatJob(
+        generations, plan, reasoning, request.legacy_functions, request.timings_per_token
+    )
 
 
 def _thinking(reasoning: str | None) -> dict[str, Any]:
     """A message's reasoning fields (`reasoning` is the alias some clients read)."""
     return {"reasoning_content": reasoning, "reasoning": reasoning}
+
+
+def _call_finish(finish: str, job: ChatJob) -> str:
+    """The finish reason of an answer that made a call."""
+    if finish != "stop":
+        return finish
+    return "function_call" if job.legacy else "tool_calls"
+
+
+def _legacy_delta(delta: dict[str, Any]) -> dict[str, Any]:
+    """A tool-call delta as legacy function calling streams it: one function_call."""
+    calls = delta.get("tool_calls")
+    if not calls:
+        return delta
+    return {"function_call": calls[0]["function"]}
 
 
 def _message(text: str, finish: str, job: ChatJob) -> tuple[dict[str, Any], str]:
@@ -140,8 +167,11 @@ def _message(text: str, finish: str, job: ChatJob) -> tuple[dict[str, Any], str]
         message.update(_thinking(answer.reasoning))
     if not answer.tool_calls:
         return message, finish
-    message["tool_calls"] = answer.tool_calls
-    return message, "tool_calls" if finish == "stop" else finish
+    if job.legacy:
+        message["function_call"] = answer.tool_calls[0]["function"]
+    else:
+        message["tool_calls"] = answer.tool_calls
+    return message, _call_finish(finish, job)
 
 
 async def chat_completion(job: ChatJob) -> dict[str, Any]:
@@ -173,6 +203,7 @@ async def chat_completion(job: ChatJob) -> dict[str, Any]:
         "system_fingerprint": system_fingerprint(first.model.backend),
         "choices": choices,
         "usage": usage,
+        "timings": answer_timings(generations, outcomes),
     }
 
 
@@ -208,10 +239,12 @@ async def chat_chunks(job: ChatJob, include_usage: bool) -> AsyncIterator[dict[s
     answers = [AnswerStream(job.reasoning, job.tools) for _ in generations]
     role_sent: set[int] = set()
     thoughts: dict[int, list[str]] = {}
-    completion_tokens = 0
-    cached: dict[int, int] = {}
+    finals: dict[int, TokenEvent] = {}
     async for position, event in stream_all(generations):
         generation = generations[position]
+        if event.progress is not None:
+            yield progress_chunk(_chunk(generation, {}, None), event.progress)
+            continue
         if position not in role_sent:
             role_sent.add(position)
             yield _chunk(generation, {"role": "assistant", "content": ""}, None)
@@ -224,19 +257,32 @@ async def chat_chunks(job: ChatJob, include_usage: bool) -> AsyncIterator[dict[s
             if "reasoning_content" in delta:
                 thoughts.setdefault(position, []).append(delta["reasoning_content"])
                 delta = _thinking(delta["reasoning_content"])
-            yield _chunk(generation, delta, None, logprobs)
+            elif job.legacy:
+                delta = _legacy_delta(delta)
+            yield with_timings(
+                _chunk(generation, delta, None, logprobs), job.timings_per_token, event
+            )
             logprobs = None
         if logprobs:
-            yield _chunk(generation, {"content": ""}, None, logprobs)
-        if event.finish_reason is not None:
-            completion_tokens += event.completion_tokens
-            cached[position] = event.cached_tokens
-            finish = event.finish_reason
-            if answer.calls and finish == "stop":
-                finish = "tool_calls"
-            yield _chunk(generation, {}, finish)
+            chunk = _chunk(generation, {"content": ""}, None, logprobs)
+            yield with_timings(chunk, job.timings_per_token, event)
+        if event.finish_reason is None:
+            continue
+        finals[position] = event
+        finish = event.finish_reason
+        if answer.calls:
+            finish = _call_finish(finish, job)
+        last = _chunk(generation, {}, finish)
+        if len(finals) == len(generations):
+            last["timings"] = answer_timings(generations, [finals[i] for i in sorted(finals)])
+        yield last
     if include_usage:
-        usage_ = total_usage(generations, completion_tokens, cached)
+        usage_ = total_usage(
+            generations,
+            sum(e.completion_tokens for e in finals.values()),
+            {i: e.cached_tokens for i, e in finals.items()},
+        )
         if job.reasoning is not None:
             _count_reasoning(usage_, generations[0], ["".join(t) for t in thoughts.values()])
-        yield usage_chunk(_chunk(generations[0], {}, None), usage_)
+        chunk = usage_chunk(_chunk(generations[0], {}, None), usage_)
+        yield {**chunk, "timings": answer_timings(generations, [finals[i] for i in sorted(finals)])}

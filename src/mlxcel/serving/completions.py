@@ -8,6 +8,8 @@ from typing import Any
 
 from mlxcel.api.schemas.completions import CompletionRequest
 from mlxcel.engine.registry import LoadedModel
+from mlxcel.engine.types import TokenEvent
+from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.infill import answer_limit, fim_layout, infill_prompt
 from mlxcel.serving.logprobs import completion_logprobs
 from mlxcel.serving.text import (
@@ -17,9 +19,11 @@ from mlxcel.serving.text import (
     prepare_choices,
     stream_all,
     system_fingerprint,
+    tokenize_prompt,
     total_usage,
     usage_chunk,
 )
+from mlxcel.serving.timings import answer_timings, progress_chunk, with_timings
 
 
 @dataclass
@@ -29,6 +33,7 @@ class CompletionJob:
     generations: list[Generation]
     echoes: list[str]
     wants_logprobs: bool
+    timings_per_token: bool = False
 
 
 def prepare_completion(
@@ -37,27 +42,28 @@ def prepare_completion(
     """Tokenize each prompt as the GGUF says (token-id prompts pass through) and plan choices;
     with a `suffix`, each prompt is the code before a gap the model fills in (FIM)."""
     generator = model.generator
+    texts = request.prompts()
     if request.suffix:
         prompts = _fill_in_the_middle(model, request, n_predict)
     else:
-        prompts = [
-            generator.tokenize(p, add_special=generator.add_bos, parse_special=True)
-            if isinstance(p, str)
-            else list(p)
-            for p in request.prompts()
-        ]
+        prompts = [tokenize_prompt(generator, p) for p in texts]
+    if not prompts:
+        raise invalid_request("the prompt is empty", "prompt")
     generations = prepare_choices(
         model, new_id("cmpl"), prompts, request, request.token_limit(), n_predict
     )
     echoes = [""] * len(prompts)
     if request.echo:
         echoes = [
-            p
-            if isinstance(p, str)
-            else b"".join(map(generator.token_bytes, p)).decode(errors="replace")
-            for p in request.prompts()
+            text
+            if isinstance(text, str)
+            else b"".join(map(generator.token_bytes, tokenize_prompt(generator, text))).decode(
+                errors="replace"
+            )
+            for text in texts
         ]
-    return CompletionJob(generations, echoes, request.logprobs is not None)
+    wants_logprobs = generations[0].params.logprobs is not None
+    return CompletionJob(generations, echoes, wants_logprobs, request.timings_per_token)
 
 
 def _fill_in_the_middle(
@@ -71,9 +77,7 @@ def _fill_in_the_middle(
         infill_prompt(
             generator,
             fim,
-            generator.tokenize(p, add_special=False, parse_special=False)
-            if isinstance(p, str)
-            else list(p),
+            tokenize_prompt(generator, p, bos=False, parse_special=False),
             suffix,
             limit=answer_limit(request.token_limit(), n_predict),
         )
@@ -123,6 +127,7 @@ async def completion(job: CompletionJob) -> dict[str, Any]:
         ),
     )
     body["choices"] = choices
+    body["timings"] = answer_timings(job.generations, outcomes)
     return body
 
 
@@ -131,10 +136,12 @@ async def completion_chunks(
 ) -> AsyncIterator[dict[str, Any]]:
     """text_completion chunks: echo first, then text as it comes, then each finish reason."""
     offsets = {i: 0 for i in range(len(job.generations))}
-    completion_tokens = 0
-    cached: dict[int, int] = {}
+    finals: dict[int, TokenEvent] = {}
     async for position, event in stream_all(job.generations):
         generation = job.generations[position]
+        if event.progress is not None:
+            yield progress_chunk(_object(generation, {}), event.progress)
+            continue
         text = event.text
         if offsets[position] == 0:
             text = job.echoes[generation.prompt_index] + text
@@ -144,11 +151,21 @@ async def completion_chunks(
             logprobs = completion_logprobs(event.logprobs, start)
         offsets[position] += len(text)
         if text or event.logprobs:
-            yield _object(generation, {"text": text, "logprobs": logprobs, "finish_reason": None})
-        if event.finish_reason is not None:
-            completion_tokens += event.completion_tokens
-            cached[position] = event.cached_tokens
-            yield _object(generation, {"text": "", "finish_reason": event.finish_reason})
+            chunk = _object(generation, {"text": text, "logprobs": logprobs, "finish_reason": None})
+            yield with_timings(chunk, job.timings_per_token, event)
+        if event.finish_reason is None:
+            continue
+        finals[position] = event
+        last = _object(generation, {"text": "", "finish_reason": event.finish_reason})
+        if len(finals) == len(job.generations):
+            last["timings"] = answer_timings(job.generations, [finals[i] for i in sorted(finals)])
+        yield last
     if include_usage:
-        usage_ = total_usage(job.generations, completion_tokens, cached)
-        yield usage_chunk(_object(job.generations[0], {}), usage_)
+        usage_ = total_usage(
+            job.generations,
+            sum(e.completion_tokens for e in finals.values()),
+            {i: e.cached_tokens for i, e in finals.items()},
+        )
+        chunk = usage_chunk(_object(job.generations[0], {}), usage_)
+        ordered = [finals[i] for i in sorted(finals)]
+        yield {**chunk, "timings": answer_timings(job.generations, ordered)}

@@ -18,7 +18,7 @@ from mlxcel.api.schemas.infill import ExtraFile, InfillRequest
 from mlxcel.engine.registry import LoadedModel
 from mlxcel.engine.types import FillsInTheMiddle, TextGenerator
 from mlxcel.serving.errors import invalid_request
-from mlxcel.serving.native import NativeGeneration, native_generation
+from mlxcel.serving.native import NativeJob, native_job
 
 # llama-server's placeholders for the project's and the current file's names.
 PROJECT = "myproject\n"
@@ -111,7 +111,7 @@ def answer_limit(token_limit: int | None, n_predict: int) -> int:
     return n_predict if token_limit is None else token_limit
 
 
-def prepare_infill(model: LoadedModel, request: InfillRequest, n_predict: int) -> NativeGeneration:
+def prepare_infill(model: LoadedModel, request: InfillRequest, n_predict: int) -> NativeJob:
     """POST /infill: the FIM prompt, then a /completion-shaped generation of it."""
     fim = fim_layout(model, "input_prefix")
     generator = model.generator
@@ -124,4 +124,4 @@ def prepare_infill(model: LoadedModel, request: InfillRequest, n_predict: int) -
         prompt=generator.tokenize(request.prompt, add_special=False, parse_special=True),
         limit=answer_limit(request.token_limit(), n_predict),
     )
-    return native_generation(model, request, tokens, n_predict)
+    return native_job(model, request, [tokens], n_predict)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import mlxcel
@@ -17,20 +16,24 @@ from mlxcel.api.schemas.native import (
     TokenizeRequest,
 )
 from mlxcel.engine.registry import LoadedModel
-from mlxcel.engine.types import SamplingParams, TokenEvent
+from mlxcel.engine.types import SamplingParams, TokenEvent, TokenLogprob
 from mlxcel.serving.chat import chat_prompt, chat_text
 from mlxcel.serving.chat_template import CHATML
-from mlxcel.serving.errors import APIError, invalid_request
+from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.sampling import sampling_params
 from mlxcel.serving.text import (
     Generation,
+    Outcome,
     check_vocabulary,
+    collect_all,
     detokenize_ids,
-    events,
+    finished,
     new_id,
-    prepare,
-    start,
+    prepare_choices,
+    stream_all,
+    tokenize_prompt,
 )
+from mlxcel.serving.timings import timings_of
 
 # What llama-server reports as the seed of a request that asked for none (LLAMA_DEFAULT_SEED).
 RANDOM_SEED = 0xFFFFFFFF
@@ -95,6 +98,7 @@ def generation_settings(params: SamplingParams, *, stream: bool) -> dict[str, An
     settings = dataclasses.asdict(params)
     settings["seed"] = RANDOM_SEED if params.seed is None else params.seed
     settings["n_predict"] = params.max_tokens
+    settings["n_probs"] = params.logprobs or 0
     settings["stream"] = stream
     return settings
 
@@ -129,137 +133,140 @@ def props(model: LoadedModel, n_predict: int) -> dict[str, Any]:
 
 
 @dataclass
-class NativeGeneration:
-    """A /completion request ready to run: the engine's part and what the answer reports."""
+class NativeJob:
+    """A /completion request ready to run: a generation per prompt, and what answers report."""
 
-    generation: Generation
-    prompt_text: str
-    stream: bool
+    generations: list[Generation]
+    prompt_texts: list[str]
+    request: NativeCompletionRequest
 
 
 def prepare_native(
     model: LoadedModel, request: NativeCompletionRequest, n_predict: int
-) -> NativeGeneration:
-    """Tokenize a text prompt as the GGUF says (ids are taken as they are); resolve sampling."""
+) -> NativeJob:
+    """Tokenize each prompt as the GGUF says (ids are taken as they are); resolve sampling."""
     generator = model.generator
-    if isinstance(request.prompt, str):
-        prompt = generator.tokenize(
-            request.prompt, add_special=generator.add_bos, parse_special=True
-        )
-    else:
-        check_vocabulary(generator, request.prompt, "prompt")
-        prompt = list(request.prompt)
-    return native_generation(model, request, prompt, n_predict)
+    prompts = [tokenize_prompt(generator, prompt) for prompt in request.prompts()]
+    return native_job(model, request, prompts, n_predict)
 
 
-def native_generation(
-    model: LoadedModel, request: NativeCompletionRequest, prompt: list[int], n_predict: int
-) -> NativeGeneration:
-    """A /completion-shaped generation of prompt tokens (/completion's, /infill's)."""
-    generator = model.generator
-    limit = request.token_limit()
-    generation = prepare(model, new_id("cmpl"), prompt, request, limit, n_predict)
-    if limit == 0:
-        # llama-server then only evaluates the prompt; with no prompt cache, nothing is run.
-        generation.params = dataclasses.replace(generation.params, max_tokens=0)
-    text = detokenize_ids(generator, prompt)
-    return NativeGeneration(generation, text, request.stream)
+def native_job(
+    model: LoadedModel,
+    request: NativeCompletionRequest,
+    prompts: list[list[int]],
+    n_predict: int,
+) -> NativeJob:
+    """A /completion-shaped job over prompt tokens (/completion's, /infill's)."""
+    if not prompts:
+        raise invalid_request("the prompt is empty", "prompt")
+    generations = prepare_choices(
+        model, new_id("cmpl"), prompts, request, request.token_limit(), n_predict
+    )
+    texts = [detokenize_ids(model.generator, prompt) for prompt in prompts]
+    return NativeJob(generations, texts, request)
 
 
-@dataclass
-class _Clock:
-    """Prompt time runs to the first event, generation time from there to the end."""
-
-    start: float = field(default_factory=time.perf_counter)
-    first: float | None = None
-
-    def tick(self) -> None:
-        if self.first is None:
-            self.first = time.perf_counter()
-
-    def timings(self, prompt_n: int, predicted_n: int) -> dict[str, float | int]:
-        end = time.perf_counter()
-        first = end if self.first is None else self.first
-        prompt_ms = (first - self.start) * 1e3
-        predicted_ms = (end - first) * 1e3
-        return {
-            "cache_n": 0,
-            "prompt_n": prompt_n,
-            "prompt_ms": prompt_ms,
-            "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
-            "prompt_per_second": 1e3 * prompt_n / prompt_ms if prompt_ms else 0.0,
-            "predicted_n": predicted_n,
-            "predicted_ms": predicted_ms,
-            "predicted_per_token_ms": predicted_ms / predicted_n if predicted_n else 0.0,
-            "predicted_per_second": 1e3 * predicted_n / predicted_ms if predicted_ms else 0.0,
-        }
-
-
-def _stop_type(event: TokenEvent) -> str:
-    if event.stop_reason == "word":
+def _stop_type(outcome: Outcome) -> str:
+    if outcome.stop_reason == "word":
         return "word"
-    return "limit" if event.finish_reason == "length" else "eos"
+    return "limit" if outcome.finish_reason == "length" else "eos"
 
 
-def _final(
-    native: NativeGeneration, content: str, text: str, event: TokenEvent, clock: _Clock
-) -> dict[str, Any]:
-    """The last object: `content` is empty when streaming, `text` is everything generated."""
-    generation = native.generation
-    prompt_n, predicted_n = event.prompt_tokens, event.completion_tokens
-    return {
-        "index": 0,
-        "content": content,
-        "tokens": [],
-        # The engine does not say which slot ran the request.
-        "id_slot": -1,
+def _probabilities(tokens: Sequence[TokenLogprob]) -> list[Any]:
+    """llama-server's completion_probabilities: each token's log-probability and its rivals'."""
+
+    def entry(token: int, piece: bytes, logprob: float) -> dict[str, Any]:
+        text = piece.decode("utf-8", errors="replace")
+        return {"id": token, "token": text, "bytes": list(piece), "logprob": logprob}
+
+    return [
+        {
+            **entry(t.token, t.piece, t.logprob),
+            "top_logprobs": [entry(token, piece, lp) for token, piece, lp in t.top],
+        }
+        for t in tokens
+    ]
+
+
+def _fields(answer: dict[str, Any], wanted: Sequence[str]) -> dict[str, Any]:
+    """llama-server's response_fields: only these, "a/b" taken out of a under its full name."""
+    kept: dict[str, Any] = {}
+    for path in wanted:
+        value: Any = answer
+        for key in path.split("/"):
+            if not isinstance(value, dict) or key not in value:
+                break
+            value = value[key]
+        else:
+            kept[path] = value
+    return kept
+
+
+def _final(job: NativeJob, generation: Generation, outcome: Outcome) -> dict[str, Any]:
+    """The object that ends one prompt's answer (`content` is empty when streaming)."""
+    request = job.request
+    prompt_n, predicted_n = outcome.prompt_tokens, outcome.completion_tokens
+    model = generation.model
+    answer: dict[str, Any] = {
+        "index": generation.index,
+        "content": "" if request.stream else outcome.text,
+        "tokens": outcome.token_ids if request.return_tokens and not request.stream else [],
+        "id_slot": outcome.slot,
         "stop": True,
-        "model": generation.model.name,
+        "model": model.name,
         "tokens_predicted": predicted_n,
         "tokens_evaluated": prompt_n,
-        "generation_settings": generation_settings(generation.params, stream=native.stream),
-        "prompt": native.prompt_text,
-        "has_new_line": "\n" in text,
-        "truncated": prompt_n + predicted_n >= generation.model.generator.n_ctx_seq,
-        "stop_type": _stop_type(event),
-        "stopping_word": event.stop_word or "",
-        "tokens_cached": 0,
-        "timings": clock.timings(prompt_n, predicted_n),
+        "generation_settings": generation_settings(generation.params, stream=request.stream),
+        "prompt": job.prompt_texts[generation.prompt_index],
+        "has_new_line": "\n" in outcome.text,
+        "truncated": prompt_n + predicted_n >= model.generator.n_ctx_seq,
+        "stop_type": _stop_type(outcome),
+        "stopping_word": outcome.stop_word or "",
+        "tokens_cached": outcome.cached_tokens,
+        "timings": timings_of(outcome),
     }
+    if generation.params.logprobs is not None and not request.stream:
+        answer["completion_probabilities"] = _probabilities(outcome.logprobs)
+    return _fields(answer, request.response_fields) if request.response_fields else answer
 
 
-async def _events(native: NativeGeneration) -> AsyncIterator[TokenEvent]:
-    generation = native.generation
-    if generation.params.max_tokens == 0:
-        yield TokenEvent("", (), "length", len(generation.prompt), 0, stop_reason="limit")
-        return
-    async for event in events(start(generation), generation):
-        yield event
+def _chunk(job: NativeJob, generation: Generation, event: TokenEvent) -> dict[str, Any]:
+    """A streamed object with new text and its token ids."""
+    chunk: dict[str, Any] = {
+        "index": generation.index,
+        "content": event.text,
+        "tokens": list(event.token_ids),
+        "stop": False,
+        "id_slot": event.slot,
+        "tokens_predicted": event.completion_tokens,
+        "tokens_evaluated": event.prompt_tokens,
+    }
+    if event.progress is not None:
+        chunk["prompt_progress"] = dataclasses.asdict(event.progress)
+    if job.request.timings_per_token:
+        chunk["timings"] = timings_of(event)
+    if event.logprobs:
+        chunk["completion_probabilities"] = _probabilities(event.logprobs)
+    return chunk
 
 
-async def native_chunks(native: NativeGeneration) -> AsyncIterator[dict[str, Any]]:
-    """Streamed /completion objects: text as it comes, then the final object with `stop` true."""
-    clock = _Clock()
-    parts: list[str] = []
-    async for event in _events(native):
-        clock.tick()
-        if event.text:
-            parts.append(event.text)
-            yield {
-                "index": 0,
-                "content": event.text,
-                "tokens": list(event.token_ids),
-                "stop": False,
-            }
+async def native_chunks(job: NativeJob) -> AsyncIterator[dict[str, Any]]:
+    """Streamed /completion objects: text as it comes, then each prompt's final object."""
+    texts: list[list[str]] = [[] for _ in job.generations]
+    tokens: list[list[int]] = [[] for _ in job.generations]
+    async for position, event in stream_all(job.generations):
+        generation = job.generations[position]
+        texts[position].append(event.text)
+        tokens[position] += event.token_ids
+        if event.text or event.token_ids or event.progress is not None:
+            yield _chunk(job, generation, event)
         if event.finish_reason is not None:
-            yield _final(native, "", "".join(parts), event, clock)
+            text = "".join(texts[position])
+            yield _final(job, generation, finished(text, event, token_ids=tokens[position]))
 
 
-async def native_completion(native: NativeGeneration) -> dict[str, Any]:
-    """The whole /completion answer as one object."""
-    parts: list[str] = []
-    async for chunk in native_chunks(native):
-        if chunk["stop"]:
-            return {**chunk, "content": "".join(parts)}
-        parts.append(chunk["content"])
-    raise APIError(500, "generation ended without a final object")
+async def native_completion(job: NativeJob) -> dict[str, Any] | list[dict[str, Any]]:
+    """The whole /completion answer: one object, or one per prompt of a batch."""
+    outcomes = await collect_all(job.generations)
+    answers = [_final(job, g, o) for g, o in zip(job.generations, outcomes, strict=True)]
+    return answers[0] if len(answers) == 1 else answers

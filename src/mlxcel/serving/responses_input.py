@@ -38,6 +38,10 @@ def _unsupported(request: ResponsesRequest) -> tuple[str, str] | None:
         return "max_tokens", "'max_tokens' is not a Responses API field; use 'max_output_tokens'"
     if request.n != 1:
         return "n", "a response has one output; 'n' must be 1"
+    if request.n_predict is not None:
+        return "n_predict", "'n_predict' is not a Responses API field; use 'max_output_tokens'"
+    if request.n_probs:
+        return "n_probs", "responses carry no log-probabilities: 'n_probs' must be 0"
     if request.stream_options is not None:
         return "stream_options", "'stream_options' is not supported for responses"
     if request.background:

@@ -34,7 +34,11 @@ def response_format_schema(response_format: dict[str, Any] | None, param: str) -
     if kind == "text":
         return None
     if kind == "json_object":
-        return json.dumps(ANY_OBJECT)
+        # llama-server's extension: a json_object format may carry the schema to follow.
+        schema = (response_format or {}).get("schema")
+        return (
+            json.dumps(ANY_OBJECT) if schema is None else checked_schema(schema, f"{param}.schema")
+        )
     if kind == "json_schema":
         assert response_format is not None
         # Chat nests the schema under json_schema; Responses puts it on the format itself.

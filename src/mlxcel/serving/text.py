@@ -12,7 +12,7 @@ from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from mlxcel.api.schemas.common import SamplingFields
+from mlxcel.api.schemas.common import Prompt, SamplingFields
 from mlxcel.engine.registry import LoadedModel
 from mlxcel.engine.scheduler import RequestHandle
 from mlxcel.engine.types import (
@@ -24,7 +24,7 @@ from mlxcel.engine.types import (
 )
 from mlxcel.logs import current_request
 from mlxcel.serving.errors import APIError, invalid_request
-from mlxcel.serving.sampling import sampling_params
+from mlxcel.serving.sampling import logit_bias, sampling_params
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +83,26 @@ class Outcome:
     stop_reason: str | None = None
     stop_word: str | None = None
     cached_tokens: int = 0
+    prompt_ms: float = 0.0
+    predicted_ms: float = 0.0
+    token_ids: list[int] = field(default_factory=list)
+    slot: int = -1
+
+
+def tokenize_prompt(
+    generator: TextGenerator, prompt: Prompt, *, bos: bool = True, parse_special: bool = True
+) -> list[int]:
+    """A prompt's tokens: text as the model's tokenizer makes them (with BOS when `bos`, the
+    model wants one and the prompt starts with text), token ids as they are."""
+    pieces = [prompt] if isinstance(prompt, str) else prompt
+    tokens: list[int] = []
+    for position, piece in enumerate(pieces):
+        if isinstance(piece, int):
+            tokens.append(piece)
+        else:
+            first = bos and generator.add_bos and position == 0
+            tokens += generator.tokenize(piece, add_special=first, parse_special=parse_special)
+    return tokens
 
 
 def detokenize_ids(generator: TextGenerator, tokens: Sequence[int]) -> str:
@@ -128,8 +148,17 @@ def prepare(
             prompt_param,
             "context_length_exceeded",
         )
-    check_vocabulary(model.generator, prompt, "prompt")
-    check_vocabulary(model.generator, request.token_ids_in(), "logit_bias")
+    generator = model.generator
+    check_vocabulary(generator, prompt, "prompt")
+    bias = logit_bias(request, generator)
+    check_vocabulary(generator, [token for token, _ in bias], "logit_bias")
+    check_vocabulary(generator, request.stop_token_ids or [], "stop_token_ids")
+    if request.id_slot >= generator.n_slots:
+        raise invalid_request(
+            f"id_slot {request.id_slot} does not exist: the server has {generator.n_slots} "
+            "slot(s), numbered from 0 (-1: any)",
+            "id_slot",
+        )
     params = sampling_params(
         request,
         token_limit,
@@ -137,6 +166,7 @@ def prepare(
         n_predict=n_predict,
         room=n_ctx - len(prompt),
         n_ctx=n_ctx,
+        bias=bias,
     )
     constraint = _constraint_param(request, params)
     if request.user or request.safety_identifier:
@@ -224,24 +254,40 @@ async def events(handle: RequestHandle, generation: Generation) -> AsyncIterator
         handle.cancel()
 
 
+def finished(
+    text: str,
+    event: TokenEvent,
+    logprobs: Sequence[TokenLogprob] = (),
+    token_ids: Sequence[int] = (),
+) -> Outcome:
+    """What a generation came to: everything it generated, and its final event."""
+    return Outcome(
+        text,
+        event.finish_reason or "",
+        event.prompt_tokens,
+        event.completion_tokens,
+        list(logprobs),
+        event.stop_reason,
+        event.stop_word,
+        event.cached_tokens,
+        event.prompt_ms,
+        event.predicted_ms,
+        list(token_ids),
+        event.slot,
+    )
+
+
 async def collect(generation: Generation) -> Outcome:
     """Run a generation to its end."""
     parts: list[str] = []
     logprobs: list[TokenLogprob] = []
+    token_ids: list[int] = []
     async for event in events(start(generation), generation):
         parts.append(event.text)
         logprobs.extend(event.logprobs)
+        token_ids.extend(event.token_ids)
         if event.finish_reason is not None:
-            return Outcome(
-                "".join(parts),
-                event.finish_reason,
-                event.prompt_tokens,
-                event.completion_tokens,
-                logprobs,
-                event.stop_reason,
-                event.stop_word,
-                event.cached_tokens,
-            )
+            return finished("".join(parts), event, logprobs, token_ids)
     raise APIError(500, "generation ended without a finish reason")
 
 

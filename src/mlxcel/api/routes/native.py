@@ -79,7 +79,7 @@ def _without_done(response: StreamingResponse) -> StreamingResponse:
 @router.post("/completion", response_model=None)
 async def completion(
     body: NativeCompletionRequest, request: Request
-) -> dict[str, Any] | StreamingResponse:
+) -> dict[str, Any] | list[dict[str, Any]] | StreamingResponse:
     """llama-server's native completion, streamed or whole.
 
     llama-server also answers natively at /completions; here that path is OpenAI's, so that an
@@ -93,7 +93,9 @@ async def completion(
 
 
 @router.post("/infill", response_model=None)
-async def infill(body: InfillRequest, request: Request) -> dict[str, Any] | StreamingResponse:
+async def infill(
+    body: InfillRequest, request: Request
+) -> dict[str, Any] | list[dict[str, Any]] | StreamingResponse:
     """llama-server's code infill: the gap between input_prefix and input_suffix, filled."""
     model = model_for(request, body.model)
     prepared = await asyncio.to_thread(prepare_infill, model, body, request.app.state.n_predict)
@@ -101,8 +103,8 @@ async def infill(body: InfillRequest, request: Request) -> dict[str, Any] | Stre
 
 
 async def _native_answer(
-    request: Request, prepared: native.NativeGeneration
-) -> dict[str, Any] | StreamingResponse:
-    if prepared.stream:
+    request: Request, prepared: native.NativeJob
+) -> dict[str, Any] | list[dict[str, Any]] | StreamingResponse:
+    if prepared.request.stream:
         return _without_done(await event_stream(native.native_chunks(prepared)))
     return await unless_disconnected(request, native.native_completion(prepared))

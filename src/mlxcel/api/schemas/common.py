@@ -2,22 +2,70 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BeforeValidator, Field
+
+from mlxcel.api.schemas.policy import NoEffect, Strict
 
 # How hard a reasoning model should think, as the OpenAI API names it.
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
+# OpenAI's logit_bias bounds; llama-server's `false` bans a token like -100 does.
+BIAS_LIMIT = 100.0
 
-class Strict(BaseModel):
-    """A request object that names any field it does not know, instead of ignoring it."""
 
-    model_config = ConfigDict(extra="forbid")
+def _bias_pairs(value: Any) -> Any:
+    """OpenAI's {token: bias} object as llama-server's [[token, bias], ...] pairs."""
+    return list(value.items()) if isinstance(value, dict) else value
+
+
+def _bias_key(value: Any) -> Any:
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def _bias_value(value: Any) -> Any:
+    if value is False:
+        return -BIAS_LIMIT
+    if value is True:
+        raise ValueError("true has no meaning here: give a number, or false to ban the token")
+    if isinstance(value, (int, float)) and not -BIAS_LIMIT <= value <= BIAS_LIMIT:
+        raise ValueError("a bias must be between -100 and 100")
+    return value
+
+
+# A token id (as a number or a string of digits), or a text whose every token gets the bias.
+LogitBias = Annotated[
+    list[
+        tuple[
+            Annotated[str, BeforeValidator(_bias_key)],
+            Annotated[float, BeforeValidator(_bias_value)],
+        ]
+    ],
+    BeforeValidator(_bias_pairs),
+]
+
+
+# One prompt: text, token ids, or both mixed ([12, 34, "text"]); or a batch of such prompts.
+Prompt = str | list[int | str]
+Prompts = str | list[int | str] | list[str | list[int | str]]
+
+
+def prompt_batch(prompt: Prompts) -> list[Prompt]:
+    """The prompts a `prompt` field holds, as llama-server reads it: a flat list with a token
+    id in it is one prompt, any other list is a batch."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if any(isinstance(p, int) for p in prompt) and not any(isinstance(p, list) for p in prompt):
+        return [cast(list[int | str], prompt)]
+    return cast(list[Prompt], list(prompt))
 
 
 class StreamOptions(Strict):
     include_usage: bool = False
+    include_obfuscation: Annotated[
+        bool | None, NoEffect("the stream is not padded: nothing here sees it")
+    ] = None
 
 
 class SamplingFields(Strict):
@@ -26,20 +74,24 @@ class SamplingFields(Strict):
     model: str | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
+    # 0 evaluates the prompt (into the prefix cache) and generates nothing, as n_predict 0 does.
+    max_tokens: int | None = Field(default=None, ge=0)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    # 0 keeps only the most likely token.
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
     stop: str | list[str] | None = Field(default=None)
     seed: int | None = None
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    logit_bias: dict[int, float] | None = None
+    logit_bias: LogitBias | None = None
     n: int = Field(default=1, ge=1, le=16)
     user: str | None = None
     safety_identifier: str | None = None
-    # OpenAI's cache-routing hint (Codex sends one per conversation). Accepted: the prefix cache
-    # here matches the prompt's tokens themselves, so a key has nothing to add.
-    prompt_cache_key: str | None = None
+    # OpenAI's cache-routing hint (Codex sends one per conversation).
+    prompt_cache_key: Annotated[
+        str | None,
+        NoEffect("the prefix cache matches the prompt's tokens themselves: a key adds nothing"),
+    ] = None
     # llama-server's (and vLLM's) knobs; OpenAI clients send them through extra_body.
     top_k: int | None = Field(default=None, ge=0)
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
@@ -63,22 +115,29 @@ class SamplingFields(Strict):
     include_stop_str_in_output: bool = False
     json_schema: dict[str, Any] | None = None
     grammar: str | None = None
-
-    @field_validator("logit_bias")
-    @classmethod
-    def _bias_range(cls, value: dict[int, float] | None) -> dict[int, float] | None:
-        for token, bias in (value or {}).items():
-            if not -100 <= bias <= 100:
-                raise ValueError(f"bias for token {token} must be between -100 and 100")
-        return value
+    n_predict: int | None = Field(default=None, ge=-1)
+    n_probs: int = Field(default=0, ge=0, le=100)
+    cache_prompt: bool = True
+    id_slot: int = Field(default=-1, ge=-1)
+    # Names (["top_k", "temperature"]) or llama-server's one-letter string ("kt").
+    samplers: list[str] | str | None = None
+    mirostat: Literal[0, 1, 2] = 0
+    mirostat_tau: float | None = Field(default=None, ge=0.0)
+    mirostat_eta: float | None = Field(default=None, ge=0.0)
+    t_max_predict_ms: float = Field(default=0.0, ge=0.0)
+    timings_per_token: bool = False
+    return_progress: bool = False
+    verbose: Annotated[bool | None, NoEffect("answers carry no debugging copy of themselves")] = (
+        None
+    )
 
     def unsupported(self) -> str | None:
         """The first field set to something this route cannot honour (None: all fine)."""
         return None
 
     def top_logprobs_wanted(self) -> int | None:
-        """None for no log-probabilities, else how many alternatives per token."""
-        return None
+        """None for no log-probabilities, else how many alternatives per token (n_probs)."""
+        return self.n_probs or None
 
     def output_format(self) -> tuple[dict[str, Any] | None, str]:
         """What constrains the output and the field it came from: a bare JSON schema for
@@ -92,6 +151,7 @@ class SamplingFields(Strict):
             return ()
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
 
-    def token_ids_in(self) -> list[int]:
-        """Every token id the request names, for checking them against the vocabulary."""
-        return [*(self.logit_bias or {}), *(self.stop_token_ids or [])]
+    def token_limit(self) -> int | None:
+        """llama-server's n_predict, else OpenAI's max_tokens; -1 means no limit of its own."""
+        limit = self.n_predict if self.n_predict is not None else self.max_tokens
+        return None if limit == -1 else limit

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import cast
-
 from pydantic import Field
 
-from mlxcel.api.schemas.common import SamplingFields
+from mlxcel.api.schemas.common import Prompt, Prompts, SamplingFields, prompt_batch
 
 
 class CompletionRequest(SamplingFields):
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: Prompts
     echo: bool = False
     logprobs: int | None = Field(default=None, ge=0, le=20)
     suffix: str | None = None
@@ -26,17 +24,8 @@ class CompletionRequest(SamplingFields):
 
     def top_logprobs_wanted(self) -> int | None:
         """None for no log-probabilities, else how many alternatives per token."""
-        return self.logprobs
+        return self.logprobs if self.logprobs is not None else super().top_logprobs_wanted()
 
-    def prompts(self) -> list[str] | list[list[int]]:
-        """The prompt as a list of prompts, each text or token ids."""
-        prompt = self.prompt
-        if isinstance(prompt, str):
-            return [prompt]
-        if prompt and all(isinstance(p, int) for p in prompt):
-            return [cast(list[int], prompt)]
-        return cast(list[str] | list[list[int]], prompt)
-
-    def token_limit(self) -> int | None:
-        """max_tokens (the completions API has no max_completion_tokens)."""
-        return self.max_tokens
+    def prompts(self) -> list[Prompt]:
+        """The prompt as a list of prompts, each text, token ids or both."""
+        return prompt_batch(self.prompt)

@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-
-from mlxcel.api.schemas.common import SamplingFields, Strict
+from mlxcel.api.schemas.common import Prompt, Prompts, SamplingFields, prompt_batch
+from mlxcel.api.schemas.policy import Strict
 
 
 class TokenizeRequest(Strict):
@@ -24,10 +23,10 @@ class DetokenizeRequest(Strict):
 class NativeCompletionRequest(SamplingFields):
     """POST /completion: llama-server's fields; any other one is a 400 that names it."""
 
-    prompt: str | list[int]
-    n_predict: int | None = Field(default=None, ge=-1)
-    # Reusing a cached prefix only changes speed, never the result, so the hint is accepted.
-    cache_prompt: bool = True
+    prompt: Prompts
+    return_tokens: bool = False
+    # Keep only these fields of the answer; "a/b" takes b out of a, under the name "a/b".
+    response_fields: list[str] | None = None
 
     def unsupported(self) -> str | None:
         """The first field set to something this route does not do."""
@@ -37,7 +36,6 @@ class NativeCompletionRequest(SamplingFields):
             return "stream_options"
         return super().unsupported()
 
-    def token_limit(self) -> int | None:
-        """n_predict, else max_tokens as llama-server falls back; -1 means no limit of its own."""
-        limit = self.n_predict if self.n_predict is not None else self.max_tokens
-        return None if limit == -1 else limit
+    def prompts(self) -> list[Prompt]:
+        """The prompt as a list of prompts, each text, token ids or both."""
+        return prompt_batch(self.prompt)
