@@ -108,7 +108,8 @@ def test_completion_to_the_limit(http: httpx.Client) -> None:
     assert result["generation_settings"]["n_predict"] == 6
     assert result["truncated"] is False
     timings = result["timings"]
-    assert timings["prompt_n"] == result["tokens_evaluated"]
+    assert timings["prompt_n"] + timings["cache_n"] == result["tokens_evaluated"]
+    assert timings["cache_n"] == result["tokens_cached"]
     assert timings["predicted_n"] == 6
     assert timings["prompt_ms"] > 0 and timings["predicted_per_second"] > 0
 
