@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from mlxcel.api.schemas.responses import ResponsesRequest
-from mlxcel.engine.scheduler import RequestHandle
+from mlxcel.engine.handle import RequestHandle
 from mlxcel.engine.types import EngineError, SamplingParams, TokenEvent
 from mlxcel.serving.response_store import ResponseStore
 from mlxcel.serving.responses import ResponseRun

@@ -13,8 +13,8 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from mlxcel.api.schemas.common import Prompt, SamplingFields
+from mlxcel.engine.handle import RequestHandle
 from mlxcel.engine.registry import LoadedModel
-from mlxcel.engine.scheduler import RequestHandle
 from mlxcel.engine.types import (
     EngineError,
     SamplingParams,

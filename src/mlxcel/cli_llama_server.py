@@ -1,0 +1,143 @@
+"""`mlxcel serve` flags as llama-server users type them, and the checks argparse cannot make."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from mlxcel.chat_templates import BUILTIN_TEMPLATES
+from mlxcel.config import parse_origins
+
+# llama.cpp's spellings of on, off and auto (common/arg.cpp).
+_SWITCH = {
+    **dict.fromkeys(("on", "enabled", "true", "1"), "on"),
+    **dict.fromkeys(("off", "disabled", "false", "0"), "off"),
+    **dict.fromkeys(("auto", "-1"), "auto"),
+}
+
+
+def _switch(value: str) -> str:
+    try:
+        return _SWITCH[value.lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"'{value}' is not on, off or auto") from None
+
+
+def _gpu_layers(value: str) -> int:
+    if value.lower() in ("auto", "all"):
+        return -1
+    try:
+        layers = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a number, auto or all") from None
+    if layers < -1:
+        raise argparse.ArgumentTypeError("must be -1 (all), 0 or more")
+    return layers
+
+
+def llama_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags as llama-server users type them: names, CORS, seed, templates, offload."""
+    add = parser.add_argument
+    add(
+        "--strict-model-names",
+        action="store_true",
+        help="404 for a request naming a model not served, instead of serving it with the "
+        "one model there is",
+    )
+    add(
+        "--cors-origins",
+        metavar="ORIGIN[,ORIGIN]",
+        help="let browser apps on these origins (or '*' for any) call the server; off by "
+        "default (API keys still apply)",
+    )
+    add(
+        "-s",
+        "--seed",
+        type=int,
+        default=-1,
+        metavar="N",
+        help="seed for requests that set none; -1 = a random one each (default: %(default)s)",
+    )
+    add(
+        "-rea",
+        "--reasoning",
+        type=_switch,
+        default="auto",
+        metavar="on|off|auto",
+        help="enable_thinking for chat templates when a request does not set it; auto and on "
+        "pass true, off false (default: %(default)s)",
+    )
+    add(
+        "--chat-template",
+        metavar="NAME|JINJA",
+        help="a built-in template by llama-server's name "
+        f"({', '.join(sorted(BUILTIN_TEMPLATES))}), or Jinja template text",
+    )
+    add(
+        "--chat-template-kwargs",
+        metavar="JSON",
+        help="a JSON object of variables for the chat template, under the request's own",
+    )
+    add(
+        "--jinja",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="render the model's Jinja template; --no-jinja uses the built-in template of the "
+        "model's format instead, as llama-server does (default: jinja)",
+    )
+    add(
+        "-ngl",
+        "--gpu-layers",
+        "--n-gpu-layers",
+        dest="n_gpu_layers",
+        type=_gpu_layers,
+        metavar="N|auto|all",
+        help="llama.cpp: layers to offload to the GPU (default: llama.cpp's, all on a GPU build)",
+    )
+    add(
+        "-fa",
+        "--flash-attn",
+        type=_switch,
+        nargs="?",
+        const="on",
+        default="auto",
+        metavar="on|off|auto",
+        help="llama.cpp: flash attention (default: %(default)s)",
+    )
+    add(
+        "--mmap",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="llama.cpp: memory-map the weights; --no-mmap reads them in (default: mmap)",
+    )
+    add("--mlock", action="store_true", help="llama.cpp: keep the weights in RAM (no swapping)")
+
+
+def check_llama_server_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What argparse cannot check of those flags alone."""
+    if args.alias is not None and not args.alias.replace(",", "").strip():
+        parser.error("--alias needs at least one name")
+    if args.seed < -1:
+        parser.error("--seed must be -1 (random) or a seed")
+    if args.chat_template is not None:
+        if args.chat_template_file is not None:
+            parser.error("set either --chat-template or --chat-template-file, not both")
+        if args.chat_template not in BUILTIN_TEMPLATES and not any(
+            mark in args.chat_template for mark in ("{{", "{%")
+        ):
+            names = ", ".join(sorted(BUILTIN_TEMPLATES))
+            parser.error(
+                f"--chat-template '{args.chat_template}': not a template ({names}) or Jinja"
+            )
+    if args.chat_template_kwargs is not None:
+        try:
+            kwargs = json.loads(args.chat_template_kwargs)
+        except ValueError as exc:
+            parser.error(f"--chat-template-kwargs is not JSON: {exc}")
+        if not isinstance(kwargs, dict):
+            parser.error("--chat-template-kwargs must be a JSON object")
+    if args.cors_origins is not None:
+        try:
+            parse_origins(args.cors_origins)
+        except ValueError as exc:
+            parser.error(str(exc))
