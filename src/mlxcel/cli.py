@@ -7,14 +7,38 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import NoReturn
 
 from mlxcel import config as defaults
-from mlxcel.config import ServerConfig
+from mlxcel.config import Kind, ModelConfig, ServerConfig
+from mlxcel.config_file import (
+    MODEL_TYPES,
+    ConfigError,
+    FileConfig,
+    ModelSection,
+    read_config,
+    unservable,
+)
 from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
 from mlxcel.parsers.tools import PARSERS
+from mlxcel.weights import WeightsError, hub_id, resolve_model
+
+logger = logging.getLogger("mlxcel.cli")
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+
+# Side-model flags: each adds a model of its kind beside -m's.
+SIDE_MODELS: dict[str, Kind] = {
+    "embedding_model": "embedding",
+    "reranker_model": "rerank",
+    "transcription_model": "transcription",
+    "speech_model": "speech",
+    "image_model": "image",
+}
+# ServerConfig fields a --config file's `server:` section may set, by their flag's dest.
+_SERVER_FLAGS = ("host", "port", "socket", "log_level")
 
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +51,19 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the embedded SmolLM2-135M-Instruct)",
     )
     add("-a", "--alias", metavar="NAME", help="served model name (default: the file stem)")
+    add(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="YAML file with a server: section and a models: list (mlx-openai-server's "
+        "files load as they are); replaces -m and the side-model flags",
+    )
+    for dest, kind in SIDE_MODELS.items():
+        add(
+            f"--{dest.replace('_', '-')}",
+            metavar="MODEL",
+            help=f"also serve this {defaults.KIND_NAMES[kind]} model: a path, a hub id or default",
+        )
     add(
         "--backend",
         choices=defaults.BACKENDS,
@@ -230,26 +267,15 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error("set either --p-less or --p-less-norm, not both")
 
 
-def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServerConfig:
-    from mlxcel.engine.registry import choose_backend
-    from mlxcel.weights import WeightsError, hub_id, resolve_model
+def _fail(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+    parser.exit(2, f"{parser.prog}: error: {message}\n")
 
-    _check(parser, args)
-    try:
-        model = resolve_model(args.model)
-        choose_backend(model, args.backend)
-        api_keys = _api_keys(args)
-    except (WeightsError, ValueError, OSError) as exc:
-        parser.exit(2, f"mlxcel serve: error: {exc}\n")
-    return ServerConfig(
-        model=model,
-        alias=args.alias,
-        hub_id=hub_id(args.model),
+
+def _model_flags(args: argparse.Namespace) -> ModelConfig:
+    """The per-model settings the flags give (the model itself is filled in later)."""
+    return ModelConfig(
+        model=Path(),
         backend=args.backend,
-        host=args.host,
-        port=args.port,
-        socket=args.socket,
-        api_keys=api_keys,
         ctx_size=args.ctx_size,
         n_predict=args.n_predict,
         threads=args.threads,
@@ -259,7 +285,6 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         queue_size=args.queue_size,
         queue_timeout=args.queue_timeout,
         warmup=not args.no_warmup,
-        log_level=args.log_level,
         tool_call_parser=args.tool_call_parser,
         reasoning_parser=args.reasoning_parser,
         chat_template_file=args.chat_template_file,
@@ -274,6 +299,125 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
     )
 
 
+def _side_models(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[ModelConfig]:
+    """A ModelConfig per side-model flag; one whose kind nothing here serves stops the start."""
+    models = []
+    for dest, kind in SIDE_MODELS.items():
+        source = getattr(args, dest)
+        if source is None:
+            continue
+        why = unservable(kind)
+        if why is not None:
+            _fail(parser, f"--{dest.replace('_', '-')} {source}: {why}")
+        models.append(ModelConfig(model=Path(source), kind=kind, hub_id=hub_id(source)))
+    return models
+
+
+def _flag_models(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[ModelConfig]:
+    """-m's model (the embedded default without one) and the side models."""
+    from mlxcel.models.loader import choose_backend
+
+    side = _side_models(parser, args)
+    try:
+        model = resolve_model(args.model)
+        choose_backend(model, args.backend)
+    except (WeightsError, ValueError, OSError) as exc:
+        _fail(parser, str(exc))
+    main = replace(_model_flags(args), model=model, alias=args.alias, hub_id=hub_id(args.model))
+    return [main, *side]
+
+
+def _file_model(
+    parser: argparse.ArgumentParser,
+    file: FileConfig,
+    index: int,
+    section: ModelSection,
+    base: ModelConfig,
+) -> ModelConfig:
+    """One entry of the file as a ModelConfig, its weights found and its kind servable."""
+    from mlxcel.models.loader import choose_backend
+
+    values = dict(section.values)
+    source = str(values.pop("model"))
+    at = file.where(section.lines["model"])
+    what = f"models[{index}]"
+    why = unservable(values.get("kind", "text"))
+    if why is not None:
+        _fail(parser, f"{file.where(section.lines.get('kind', section.line))}: {what}: {why}")
+    beside = file.path.parent / source
+    if not Path(source).is_absolute() and beside.exists():
+        source = str(beside)
+    try:
+        model = resolve_model(source)
+        config = replace(base, model=model, hub_id=hub_id(source), **values)
+        choose_backend(config.model, config.backend)
+    except (WeightsError, ValueError, OSError) as exc:
+        _fail(parser, f"{at}: {what}: {exc}")
+    template = config.chat_template_file
+    if template is not None and not template.is_file():
+        line = file.where(section.lines["chat_template_file"])
+        _fail(parser, f"{line}: {what}.chat_template_file {template}: no such file")
+    return config
+
+
+def _file_models(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, file: FileConfig
+) -> list[ModelConfig]:
+    """The file's models, flags as their defaults; names and aliases unique."""
+    base = _model_flags(args)
+    models: list[ModelConfig] = []
+    owners: dict[str, int] = {}
+    for index, section in enumerate(file.models):
+        config = _file_model(parser, file, index, section, base)
+        for name in config.names:
+            if name in owners:
+                key = "alias" if name == config.served_name else "aliases"
+                line = section.lines.get(key, section.line)
+                _fail(
+                    parser,
+                    f"{file.where(line)}: models[{index}]: the name '{name}' is already "
+                    f"models[{owners[name]}]'s; each name and alias must be unique",
+                )
+            owners[name] = index
+        models.append(config)
+    return models
+
+
+def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServerConfig:
+    _check(parser, args)
+    try:
+        api_keys = _api_keys(args)
+    except OSError as exc:
+        _fail(parser, str(exc))
+    server: dict[str, object] = {}
+    if args.config is None:
+        models = _flag_models(parser, args)
+    else:
+        given = [f"--{d.replace('_', '-')}" for d in ("model", *SIDE_MODELS) if getattr(args, d)]
+        if given:
+            _fail(parser, f"--config lists the models; {', '.join(given)} cannot be given with it")
+        try:
+            file = read_config(args.config)
+        except ConfigError as exc:
+            _fail(parser, str(exc))
+        models = _file_models(parser, args, file)
+        server = dict(file.server)
+        api_keys = tuple(dict.fromkeys((*api_keys, *server.pop("api_keys", ()))))  # type: ignore[misc]
+        for item in file.ignored:
+            logger.warning("%s: accepted, not acted on yet", item)
+    # A server flag given on the command line wins over the file's server section.
+    for dest in _SERVER_FLAGS:
+        if dest not in server or getattr(args, dest) != parser.get_default(dest):
+            server[dest] = getattr(args, dest)
+    verbose = server["log_level"] == "debug"
+    return ServerConfig(
+        models=tuple(replace(m, verbose=verbose) for m in models),
+        api_keys=api_keys,
+        config_file=args.config,
+        **server,  # type: ignore[arg-type]
+    )
+
+
 def _run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(),
@@ -281,9 +425,56 @@ def _run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         stream=sys.stderr,
     )
     config = _config(parser, args)
+    logging.getLogger().setLevel(config.log_level.upper())
     from mlxcel.api.server import serve
 
     return serve(config)
+
+
+# `mlxcel launch` flags (mlx-openai-server's) and the `mlxcel serve` flag each one becomes.
+LAUNCH_FLAGS = {
+    "--model-path": "--model",
+    "--served-model-name": "--alias",
+    "--context-length": "--ctx-size",
+    "--max-tokens": "--n-predict",
+    "--max-concurrency": "--parallel",
+    "--temperature": "--temp",
+    "--top-p": "--top-p",
+    "--top-k": "--top-k",
+    "--queue-size": "--queue-size",
+    "--queue-timeout": "--queue-timeout",
+    "--reasoning-parser": "--reasoning-parser",
+    "--tool-call-parser": "--tool-call-parser",
+    "--chat-template-file": "--chat-template-file",
+    "--config": "--config",
+    "--host": "--host",
+    "--port": "--port",
+}
+LAUNCH_PORT = 8000
+
+
+def _launch_arguments(parser: argparse.ArgumentParser) -> None:
+    for flag, serve_flag in LAUNCH_FLAGS.items():
+        parser.add_argument(flag, metavar="VALUE", help=f"as `mlxcel serve {serve_flag}`")
+    parser.add_argument("--model-type", choices=list(MODEL_TYPES), default="lm")
+    parser.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, default="info")
+
+
+def _launch_argv(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """`mlxcel serve` arguments for mlx-openai-server's `launch` flags."""
+    kind = MODEL_TYPES[args.model_type]
+    why = unservable(kind)
+    if why is not None:
+        _fail(parser, f"--model-type {args.model_type}: {why}")
+    values = vars(args)
+    argv = ["--log-level", args.log_level]
+    if args.port is None:
+        argv += ["--port", str(LAUNCH_PORT)]
+    for flag, serve_flag in LAUNCH_FLAGS.items():
+        value = values[flag[2:].replace("-", "_")]
+        if value is not None:
+            argv += [serve_flag, value]
+    return argv
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -294,7 +485,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "serve", help="start the server", description="Start the OpenAI-compatible server."
     )
     _serve_arguments(serve)
+    launch = commands.add_parser(
+        "launch",
+        help="start the server with mlx-openai-server's `launch` flags",
+        description="Start the server, taking mlx-openai-server's `launch` flags.",
+    )
+    _launch_arguments(launch)
     args = parser.parse_args(argv)
+    if args.command == "launch":
+        return _run_server(serve, serve.parse_args(_launch_argv(launch, args)))
     return _run_server(serve, args)
 
 

@@ -1,10 +1,15 @@
-"""Server configuration: one definition of every setting and its default."""
+"""Server configuration: one definition of every setting and its default.
+
+`ServerConfig` is the process (listeners, keys, limits, logging, memory budget); each
+`ModelConfig` in it is one model it serves, with everything that is per model.
+"""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -22,6 +27,29 @@ DEFAULT_BACKEND = "auto"
 BACKENDS = ("auto", "llamacpp", "mlx")
 API_KEY_ENV = "MLXCEL_API_KEY"
 
+Kind = Literal["text", "vision", "embedding", "rerank", "transcription", "speech", "image"]
+KINDS: tuple[Kind, ...] = (
+    "text",
+    "vision",
+    "embedding",
+    "rerank",
+    "transcription",
+    "speech",
+    "image",
+)
+# The kinds this build can serve; the capability issues add to it.
+SERVABLE_KINDS: frozenset[Kind] = frozenset({"text"})
+# What each kind is called where a user reads it.
+KIND_NAMES: dict[Kind, str] = {
+    "text": "text generation",
+    "vision": "vision (multimodal)",
+    "embedding": "embeddings",
+    "rerank": "reranking",
+    "transcription": "transcription",
+    "speech": "speech",
+    "image": "image generation",
+}
+
 
 def default_threads() -> int:
     """Threads for llama.cpp: every core this process may run on."""
@@ -32,17 +60,16 @@ def default_threads() -> int:
 
 
 @dataclass(frozen=True)
-class ServerConfig:
-    """Everything `mlxcel serve` was asked to do."""
+class ModelConfig:
+    """One model the server serves: where it is, what it is called, and how it runs."""
 
     model: Path
+    kind: Kind = "text"
     alias: str | None = None
+    aliases: tuple[str, ...] = ()
+    """More names the model answers to, beside its served name."""
     hub_id: str | None = None
     backend: str = DEFAULT_BACKEND
-    host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
-    socket: Path | None = None
-    api_keys: tuple[str, ...] = ()
     ctx_size: int = DEFAULT_CTX_SIZE
     n_predict: int = DEFAULT_N_PREDICT
     threads: int = field(default_factory=default_threads)
@@ -52,8 +79,8 @@ class ServerConfig:
     queue_size: int = DEFAULT_QUEUE_SIZE
     queue_timeout: float = DEFAULT_QUEUE_TIMEOUT
     warmup: bool = True
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    log_level: str = DEFAULT_LOG_LEVEL
+    verbose: bool = False
+    """The backend's own logging (llama.cpp's), as --log-level debug asks."""
     tool_call_parser: str = "auto"
     reasoning_parser: str = "auto"
     chat_template_file: Path | None = None
@@ -65,9 +92,15 @@ class ServerConfig:
     repeat_penalty: float | None = None
     p_less: bool = False
     p_less_norm: bool = False
+    on_demand: bool = False
+    """Load on the first request, not at startup."""
+    idle_timeout: float = 0.0
+    """Unload after this many seconds with no request running or queued; 0 = never."""
+    pinned: bool = False
+    """Never unloaded for idleness or to make room."""
 
     def sampling_flags(self) -> dict[str, float | None]:
-        """The sampling defaults set on the command line (None: not set)."""
+        """The sampling defaults set by flag or config (None: not set)."""
         return {
             "temperature": self.temperature,
             "top_p": self.top_p,
@@ -86,3 +119,23 @@ class ServerConfig:
             return named
         # A directory's name is kept whole: "Qwen2.5-0.5B" has no suffix to drop.
         return self.model.stem if self.model.suffix.lower() == ".gguf" else self.model.name
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every name the model answers to, its served name first."""
+        return tuple(dict.fromkeys((self.served_name, *self.aliases)))
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The process `mlxcel serve` runs: its listeners, keys, limits, logging and models."""
+
+    models: tuple[ModelConfig, ...]
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    socket: Path | None = None
+    api_keys: tuple[str, ...] = ()
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    log_level: str = DEFAULT_LOG_LEVEL
+    config_file: Path | None = None
+    """The YAML file the models came from, if any."""

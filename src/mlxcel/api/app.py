@@ -9,7 +9,8 @@ from prometheus_client import CollectorRegistry
 
 from mlxcel.api.errors import install_error_handlers
 from mlxcel.api.limits import BodySizeLimit, JsonByDefault
-from mlxcel.api.routes import anthropic, health, native, observe, responses, text
+from mlxcel.api.routes import anthropic, health, models, native, observe, responses, text
+from mlxcel.api.state import HoldModels
 from mlxcel.config import ServerConfig
 
 
@@ -19,19 +20,17 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.registry = None
     app.state.load_error = None
     app.state.api_keys = config.api_keys
-    app.state.n_predict = config.n_predict
-    app.state.tool_call_parser = config.tool_call_parser
-    app.state.reasoning_parser = config.reasoning_parser
     app.state.started = int(time.time())
     app.state.metrics_registry = CollectorRegistry()
     install_error_handlers(app)
     app.include_router(health.public)
-    app.include_router(health.router)
     app.include_router(text.router)
     app.include_router(native.router)
     app.include_router(responses.router)
     app.include_router(anthropic.router)
     app.include_router(observe.router)
+    app.include_router(models.router)
+    app.add_middleware(HoldModels)
     app.add_middleware(JsonByDefault)
     app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes)
     return app

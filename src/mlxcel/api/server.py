@@ -1,4 +1,4 @@
-"""Run the app with uvicorn on TCP or a Unix socket while the model loads behind it."""
+"""Run the app with uvicorn on TCP or a Unix socket while the models load behind it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import asyncio
 import logging
 import os
 import socket
-import threading
 from pathlib import Path
 
 import uvicorn
@@ -15,9 +14,7 @@ from fastapi import FastAPI
 from mlxcel.api.app import create_app
 from mlxcel.config import ServerConfig
 from mlxcel.engine.metrics import EngineMetrics
-from mlxcel.engine.registry import ModelRegistry, load_text_model
-from mlxcel.parsers.tools import detect_parser
-from mlxcel.serving.reasoning import reasoning_parser_name
+from mlxcel.models.registry import ModelRegistry, ModelUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -36,28 +33,33 @@ def _unix_socket(path: Path) -> socket.socket:
     return sock
 
 
-def _load(app: FastAPI, config: ServerConfig, server: uvicorn.Server) -> None:
-    try:
-        registry = ModelRegistry()
-        model = load_text_model(config, EngineMetrics(app.state.metrics_registry))
-        source = model.chat_template.source if model.chat_template else ""
-        if config.tool_call_parser == "auto":
-            parser = detect_parser(source or None)
-            logger.info("tool-call parser: %s (auto, from the chat template)", parser)
-        if config.reasoning_parser == "auto":
-            # deepseek_r1 or qwen3 for <think> tags: decided per prompt, by who opens the tag.
-            reasoning = reasoning_parser_name("auto", "", source) or "none"
-            logger.info("reasoning parser: %s (auto, from the chat template)", reasoning)
-        registry.add(model)
+async def _serve(
+    app: FastAPI, config: ServerConfig, server: uvicorn.Server, sockets: list[socket.socket] | None
+) -> None:
+    """Serve while the models that load at startup load, and while the idle watcher runs."""
+    registry = ModelRegistry(config.models, EngineMetrics(app.state.metrics_registry))
+    app.state.models = registry
+
+    async def start_up() -> None:
+        try:
+            await registry.start_up()
+        except ModelUnavailable as exc:
+            logger.error("%s", exc)
+            app.state.load_error = str(exc)
+            server.should_exit = True
+            return
         app.state.registry = registry
-    except Exception as exc:
-        logger.error("could not load %s: %s", config.model, exc)
-        app.state.load_error = str(exc)
-        server.should_exit = True
+        await registry.watch_idle()
+
+    loader = asyncio.ensure_future(start_up())
+    try:
+        await server.serve(sockets=sockets)
+    finally:
+        loader.cancel()
 
 
 def serve(config: ServerConfig) -> int:
-    """Serve until interrupted; non-zero when the model could not be loaded."""
+    """Serve until interrupted; non-zero when a model that loads at startup could not."""
     app = create_app(config)
     uv_config = uvicorn.Config(
         app,
@@ -70,14 +72,11 @@ def serve(config: ServerConfig) -> int:
     server = uvicorn.Server(uv_config)
     sockets = [_unix_socket(config.socket)] if config.socket else None
     where = f"unix:{config.socket}" if config.socket else f"http://{config.host}:{config.port}"
-    logger.info("listening on %s; loading the model", where)
-    loader = threading.Thread(target=_load, args=(app, config, server), name="loader", daemon=True)
-    loader.start()
+    logger.info("listening on %s; loading the models", where)
     try:
-        asyncio.run(server.serve(sockets=sockets))
+        asyncio.run(_serve(app, config, server, sockets))
     finally:
-        loader.join(timeout=1)
-        registry: ModelRegistry | None = app.state.registry
+        registry: ModelRegistry | None = getattr(app.state, "models", None)
         if registry is not None:
             registry.close()
         if config.socket and config.socket.exists():

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mlxcel.api.schemas.chat import ChatCompletionRequest
-from mlxcel.engine.registry import LoadedModel
+from mlxcel.models.loaded import LoadedModel
 from mlxcel.serving.answer import AnswerStream, parse_answer, renders_special_tokens
 from mlxcel.serving.chat_template import render_chat
 from mlxcel.serving.errors import invalid_request

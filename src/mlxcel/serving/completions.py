@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlxcel.api.schemas.completions import CompletionRequest
-from mlxcel.engine.registry import LoadedModel
+from mlxcel.models.loaded import LoadedModel
 from mlxcel.serving.infill import answer_limit, fim_layout, infill_prompt
 from mlxcel.serving.logprobs import completion_logprobs
 from mlxcel.serving.text import (

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mlxcel.api.schemas.infill import ExtraFile, InfillRequest
-from mlxcel.engine.registry import LoadedModel
 from mlxcel.engine.types import FillsInTheMiddle, TextGenerator
+from mlxcel.models.loaded import LoadedModel
 from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.native import NativeGeneration, native_generation
 

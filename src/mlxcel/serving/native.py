@@ -16,8 +16,8 @@ from mlxcel.api.schemas.native import (
     NativeCompletionRequest,
     TokenizeRequest,
 )
-from mlxcel.engine.registry import LoadedModel
 from mlxcel.engine.types import SamplingParams, TextGenerator, TokenEvent
+from mlxcel.models.loaded import LoadedModel
 from mlxcel.serving.chat import chat_prompt, chat_text
 from mlxcel.serving.chat_template import CHATML
 from mlxcel.serving.errors import APIError, invalid_request

@@ -30,37 +30,36 @@ router = APIRouter(dependencies=[Depends(require_api_key)])
 @router.post("/tokenize")
 async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
     """Text to token ids, optionally with each token's piece."""
-    model = model_for(request, body.model)
+    model = await model_for(request, body.model)
     return await asyncio.to_thread(native.tokenize, model, body)
 
 
 @router.post("/detokenize")
 async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, str]:
     """Token ids to text."""
-    model = model_for(request, body.model)
+    model = await model_for(request, body.model)
     return await asyncio.to_thread(native.detokenize, model, body)
 
 
 @router.post("/apply-template")
 async def apply_template(body: ChatCompletionRequest, request: Request) -> dict[str, str]:
     """A chat request to the prompt the model would see, without generating."""
-    model = model_for(request, body.model)
-    parser = request.app.state.tool_call_parser
-    return await asyncio.to_thread(native.apply_template, model, body, parser)
+    model = await model_for(request, body.model)
+    return await asyncio.to_thread(native.apply_template, model, body, model.tool_call_parser)
 
 
 @router.get("/props")
 async def props(request: Request, model: str | None = None) -> dict[str, Any]:
     """Server properties and the generation defaults, in llama-server's shape."""
-    return native.props(model_for(request, model), request.app.state.n_predict)
+    loaded = await model_for(request, model)
+    return native.props(loaded, loaded.n_predict)
 
 
 @router.post("/v1/chat/completions/input_tokens")
 async def input_tokens(body: ChatCompletionRequest, request: Request) -> dict[str, Any]:
     """How many prompt tokens a chat request would take."""
-    model = model_for(request, body.model)
-    parser = request.app.state.tool_call_parser
-    return await asyncio.to_thread(native.count_input_tokens, model, body, parser)
+    model = await model_for(request, body.model)
+    return await asyncio.to_thread(native.count_input_tokens, model, body, model.tool_call_parser)
 
 
 def _without_done(response: StreamingResponse) -> StreamingResponse:
@@ -82,18 +81,16 @@ async def completion(
     body: NativeCompletionRequest, request: Request
 ) -> dict[str, Any] | StreamingResponse:
     """llama-server's native completion, streamed or whole."""
-    model = model_for(request, body.model)
-    prepared = await asyncio.to_thread(
-        native.prepare_native, model, body, request.app.state.n_predict
-    )
+    model = await model_for(request, body.model)
+    prepared = await asyncio.to_thread(native.prepare_native, model, body, model.n_predict)
     return await _native_answer(request, prepared)
 
 
 @router.post("/infill", response_model=None)
 async def infill(body: InfillRequest, request: Request) -> dict[str, Any] | StreamingResponse:
     """llama-server's code infill: the gap between input_prefix and input_suffix, filled."""
-    model = model_for(request, body.model)
-    prepared = await asyncio.to_thread(prepare_infill, model, body, request.app.state.n_predict)
+    model = await model_for(request, body.model)
+    prepared = await asyncio.to_thread(prepare_infill, model, body, model.n_predict)
     return await _native_answer(request, prepared)
 
 

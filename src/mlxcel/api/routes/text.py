@@ -47,10 +47,9 @@ async def chat_completions(
     body: ChatCompletionRequest, request: Request
 ) -> dict[str, Any] | StreamingResponse:
     """OpenAI chat completions, streamed or whole."""
-    model = model_for(request, body.model)
-    state = request.app.state
+    model = await model_for(request, body.model)
     job = await asyncio.to_thread(
-        prepare_chat, model, body, state.n_predict, state.tool_call_parser, state.reasoning_parser
+        prepare_chat, model, body, model.n_predict, model.tool_call_parser, model.reasoning_parser
     )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -63,8 +62,8 @@ async def completions(
     body: CompletionRequest, request: Request
 ) -> dict[str, Any] | StreamingResponse:
     """OpenAI text completions, streamed or whole."""
-    model = model_for(request, body.model)
-    job = await asyncio.to_thread(prepare_completion, model, body, request.app.state.n_predict)
+    model = await model_for(request, body.model)
+    job = await asyncio.to_thread(prepare_completion, model, body, model.n_predict)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return await event_stream(completion_chunks(job, include_usage))
