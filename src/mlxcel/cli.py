@@ -21,6 +21,7 @@ from mlxcel.config_file import (
     read_config,
     unservable,
 )
+from mlxcel.models.memory import parse_size
 from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
 from mlxcel.parsers.tools import PARSERS
 from mlxcel.weights import WeightsError, hub_id, resolve_model
@@ -38,7 +39,7 @@ SIDE_MODELS: dict[str, Kind] = {
     "image_model": "image",
 }
 # ServerConfig fields a --config file's `server:` section may set, by their flag's dest.
-_SERVER_FLAGS = ("host", "port", "socket", "log_level")
+_SERVER_FLAGS = ("host", "port", "socket", "log_level", "max_memory")
 
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -227,6 +228,14 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="normalised p-less sampling for requests that set neither p_less nor p_less_norm",
     )
+    add(
+        "--max-memory",
+        type=_memory_size,
+        metavar="SIZE",
+        help="memory the loaded models may hold together (bytes, 512M, 8G, or a percentage "
+        "of RAM like 50%%); idle models are unloaded to make room, least recently used first "
+        "(default: no limit)",
+    )
     add("--no-warmup", action="store_true", help="skip the warm-up run after loading")
     add(
         "--log-level",
@@ -234,6 +243,13 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=defaults.DEFAULT_LOG_LEVEL,
         help="log verbosity (default: %(default)s)",
     )
+
+
+def _memory_size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _api_keys(args: argparse.Namespace) -> tuple[str, ...]:

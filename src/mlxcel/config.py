@@ -139,3 +139,5 @@ class ServerConfig:
     log_level: str = DEFAULT_LOG_LEVEL
     config_file: Path | None = None
     """The YAML file the models came from, if any."""
+    max_memory: int | None = None
+    """Bytes the loaded models may hold together (None: no budget)."""

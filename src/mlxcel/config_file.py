@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from mlxcel.config import BACKENDS, KIND_NAMES, KINDS, SERVABLE_KINDS, Kind
+from mlxcel.models.memory import parse_size
 from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
 from mlxcel.parsers.tools import PARSERS as TOOL_PARSERS
 
@@ -162,6 +163,12 @@ def _path(value: Any) -> Path:
     return Path(_text(value)).expanduser()
 
 
+def _size(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return parse_size(_text(value))
+
+
 def _log_level(value: Any) -> str:
     return _choice(LOG_LEVELS)(_text(value).lower())
 
@@ -246,6 +253,7 @@ SERVER_KEYS: dict[str, tuple[str, Convert]] = {
     "api_key": ("api_keys", _names),
     "log_level": ("log_level", _log_level),
     "max_body_bytes": ("max_body_bytes", _integer),
+    "max_memory": ("max_memory", _size),
 }
 SERVER_KEYS_IGNORED = frozenset(
     {"log_file", "no_log_file", "max_loaded_models", "model_load_timeout", "enable_status_page"}

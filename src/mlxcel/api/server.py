@@ -37,7 +37,8 @@ async def _serve(
     app: FastAPI, config: ServerConfig, server: uvicorn.Server, sockets: list[socket.socket] | None
 ) -> None:
     """Serve while the models that load at startup load, and while the idle watcher runs."""
-    registry = ModelRegistry(config.models, EngineMetrics(app.state.metrics_registry))
+    metrics = EngineMetrics(app.state.metrics_registry)
+    registry = ModelRegistry(config.models, metrics, max_memory=config.max_memory)
     app.state.models = registry
 
     async def start_up() -> None:

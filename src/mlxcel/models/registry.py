@@ -20,6 +20,7 @@ from mlxcel.config import ModelConfig
 from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.models.loaded import CAPABILITIES, Capability, LoadedModel
 from mlxcel.models.loader import load_model
+from mlxcel.models.memory import mib, resident_bytes, weights_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,10 @@ class ModelUnavailable(Exception):
     """The model cannot serve right now: it failed, or its load took too long (503)."""
 
 
+class NoRoom(Exception):
+    """Loading a model would go past --max-memory and nothing idle can be unloaded."""
+
+
 class ModelBusy(Exception):
     """The model has requests running, so it cannot be unloaded now (409)."""
 
@@ -63,9 +68,11 @@ class ModelEntry:
     leases: int = 0
     """Requests holding the model: running, queued, or waiting for it to load."""
     last_used: float = field(default_factory=time.monotonic)
-    task: asyncio.Future[None] | None = None
-    """The load or unload in progress."""
+    task: asyncio.Future[str | None] | None = None
+    """The load or unload in progress; it ends with why a load failed, or None."""
     failures: deque[float] = field(default_factory=deque)
+    size: int | None = None
+    """Resident memory the model took when it last loaded (measured, not guessed)."""
 
     @property
     def name(self) -> str:
@@ -81,6 +88,21 @@ class ModelEntry:
         """Whether a request's `model` field means this model."""
         return name in (*self.config.names, str(self.config.model), self.config.model.name)
 
+    @property
+    def expected_size(self) -> int:
+        """What loading the model will take: its measured size, else its weights on disk."""
+        return self.size if self.size is not None else weights_bytes(self.config.model)
+
+    @property
+    def evictable(self) -> bool:
+        """Loaded, idle and unpinned: it may be unloaded to make room."""
+        return (
+            self.state == "loaded"
+            and self.task is None
+            and self.leases == 0
+            and not self.config.pinned
+        )
+
     def may_restart(self, now: float) -> bool:
         """Whether a failed model may try loading again (a bounded rate of restarts)."""
         while self.failures and now - self.failures[0] > RESTART_WINDOW_S:
@@ -92,12 +114,20 @@ class ModelRegistry:
     """The models of this server; the first with a capability is what `default` means."""
 
     def __init__(
-        self, configs: Iterable[ModelConfig], metrics: EngineMetrics, *, lenient: bool = False
+        self,
+        configs: Iterable[ModelConfig],
+        metrics: EngineMetrics,
+        *,
+        lenient: bool = False,
+        max_memory: int | None = None,
     ) -> None:
         self._entries = [ModelEntry(config) for config in configs]
         self._metrics = metrics
         self._lenient = lenient
         """One model of a capability serves requests that name an unknown model."""
+        self._max_memory = max_memory
+        # One load at a time: each is measured alone, and each decides about room alone.
+        self._load_lock = asyncio.Lock()
 
     def entries(self) -> list[ModelEntry]:
         """Every configured model, first one first."""
@@ -166,33 +196,73 @@ class ModelRegistry:
         entry.last_used = time.monotonic()
 
     async def _loaded(self, entry: ModelEntry) -> LoadedModel:
-        waited = False
         while True:
             if entry.model is not None and entry.state == "loaded":
                 return entry.model
             if entry.task is not None:
-                await asyncio.shield(entry.task)
-                waited = True
+                error = await asyncio.shield(entry.task)
+                if error is not None:
+                    raise ModelUnavailable(error)
                 continue
-            if entry.state == "failed" and (waited or not entry.may_restart(time.monotonic())):
+            if entry.state == "failed" and not entry.may_restart(time.monotonic()):
                 raise ModelUnavailable(f"the model '{entry.name}' failed to load: {entry.reason}")
             entry.task = asyncio.ensure_future(self._load(entry))
 
-    async def _load(self, entry: ModelEntry) -> None:
+    async def _load(self, entry: ModelEntry) -> str | None:
         entry.state = "loading"
-        started = time.monotonic()
-        logger.info("loading model '%s'", entry.name)
         try:
-            model = await asyncio.to_thread(load_model, entry.config, self._metrics)
+            async with self._load_lock:
+                await self._make_room(entry)
+                started, before = time.monotonic(), resident_bytes()
+                logger.info("loading model '%s'", entry.name)
+                model = await asyncio.to_thread(load_model, entry.config, self._metrics)
+                after = resident_bytes()
+        except NoRoom as exc:
+            entry.state = "unloaded"
+            logger.warning("%s", exc)
+            return str(exc)
         except Exception as exc:
             entry.state, entry.reason = "failed", str(exc) or type(exc).__name__
             entry.failures.append(time.monotonic())
             logger.error("could not load model '%s': %s", entry.name, entry.reason)
-        else:
-            entry.model, entry.state, entry.reason = model, "loaded", None
-            logger.info("loaded model '%s' in %.1fs", entry.name, time.monotonic() - started)
+            return f"the model '{entry.name}' failed to load: {entry.reason}"
         finally:
             entry.task = None
+        if before is not None and after is not None:
+            entry.size = max(0, after - before)
+        entry.model, entry.state, entry.reason = model, "loaded", None
+        size = f", resident {mib(entry.size)}" if entry.size is not None else ""
+        logger.info("loaded model '%s' in %.1fs%s", entry.name, time.monotonic() - started, size)
+        return None
+
+    async def _make_room(self, entry: ModelEntry) -> None:
+        """Unload idle unpinned models, least recently used first, until `entry` fits the
+        memory budget; NoRoom if it cannot."""
+        budget = self._max_memory
+        if budget is None:
+            return
+        need = entry.expected_size
+        while True:
+            holders = [e for e in self._entries if e.state in ("loaded", "unloading")]
+            held = sum(e.expected_size for e in holders)
+            if held + need <= budget:
+                return
+            idle = sorted((e for e in holders if e.evictable), key=lambda e: e.last_used)
+            if not idle:
+                raise NoRoom(self._no_room(entry, need, held, holders))
+            await self.unload(idle[0], f"making room for '{entry.name}'")
+
+    def _no_room(self, entry: ModelEntry, need: int, held: int, holders: list[ModelEntry]) -> str:
+        def why(e: ModelEntry) -> str:
+            if e.config.pinned:
+                return "pinned"
+            return f"{e.leases} request(s)" if e.leases else e.state
+
+        listed = ", ".join(f"'{e.name}' {mib(e.expected_size)} ({why(e)})" for e in holders)
+        return (
+            f"not enough memory for the model '{entry.name}': it needs about {mib(need)}, "
+            f"--max-memory is {mib(self._max_memory or 0)} and {mib(held)} is held by {listed}"
+        )
 
     async def load(self, entry: ModelEntry) -> None:
         """Load the model now (POST /models/load); nothing to do if it is loaded."""
@@ -212,7 +282,7 @@ class ModelRegistry:
         entry.task = asyncio.ensure_future(self._unload(entry, why))
         await asyncio.shield(entry.task)
 
-    async def _unload(self, entry: ModelEntry, why: str) -> None:
+    async def _unload(self, entry: ModelEntry, why: str) -> str | None:
         model, entry.model, entry.state = entry.model, None, "unloading"
         started = time.monotonic()
         try:
@@ -220,9 +290,15 @@ class ModelRegistry:
                 await asyncio.to_thread(model.close)
         finally:
             entry.state, entry.task = "unloaded", None
+        freed = f", {mib(entry.size)} freed" if entry.size is not None else ""
         logger.info(
-            "unloaded model '%s' (%s) in %.1fs", entry.name, why, time.monotonic() - started
+            "unloaded model '%s' (%s) in %.1fs%s",
+            entry.name,
+            why,
+            time.monotonic() - started,
+            freed,
         )
+        return None
 
     async def start_up(self) -> None:
         """Load every model that is not on demand, in order; raise on the first failure."""

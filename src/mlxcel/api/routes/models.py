@@ -27,7 +27,11 @@ def _listed(entry: ModelEntry, created: int) -> dict[str, Any]:
         "aliases": list(config.names[1:]),
         "capabilities": list(entry.capabilities),
         "state": entry.state,
-        "meta": {"backend": backend_label(config), "path": str(config.model)},
+        "meta": {
+            "backend": backend_label(config),
+            "path": str(config.model),
+            "memory_bytes": entry.size,
+        },
     }
     if entry.reason is not None:
         listed["reason"] = entry.reason
