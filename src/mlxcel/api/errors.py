@@ -32,24 +32,29 @@ def validation_error(exc: RequestValidationError) -> APIError:
     return invalid_request(f"{where}{first.get('msg', 'invalid value')}", param=param)
 
 
+def error_response(error: APIError) -> JSONResponse:
+    """The envelope as an HTTP response."""
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Route every error path through the envelope."""
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
-        return exc.response()
+        return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_error(exc).response()
+        return error_response(validation_error(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
         code = {404: "not_found", 413: "request_too_large"}.get(exc.status_code)
-        return APIError(exc.status_code, message, code=code, headers=exc.headers).response()
+        return error_response(APIError(exc.status_code, message, code=code, headers=exc.headers))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unhandled error on %s %s", request.method, request.url.path)
-        return APIError(500, "internal server error").response()
+        return error_response(APIError(500, "internal server error"))

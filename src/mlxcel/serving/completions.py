@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from mlxcel.api.schemas.completions import CompletionRequest
 from mlxcel.models.loaded import LoadedModel
+from mlxcel.protocol.completions import CompletionRequest
 from mlxcel.serving.infill import answer_limit, fim_layout, infill_prompt
 from mlxcel.serving.logprobs import completion_logprobs
 from mlxcel.serving.text import (

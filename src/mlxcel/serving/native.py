@@ -9,15 +9,15 @@ from dataclasses import dataclass, field
 from importlib.metadata import version
 from typing import Any
 
-from mlxcel.api.schemas.chat import ChatCompletionRequest
-from mlxcel.api.schemas.common import SamplingFields
-from mlxcel.api.schemas.native import (
+from mlxcel.engine.types import SamplingParams, TextGenerator, TokenEvent
+from mlxcel.models.loaded import LoadedModel
+from mlxcel.protocol.chat import ChatCompletionRequest
+from mlxcel.protocol.common import SamplingFields
+from mlxcel.protocol.native import (
     DetokenizeRequest,
     NativeCompletionRequest,
     TokenizeRequest,
 )
-from mlxcel.engine.types import SamplingParams, TextGenerator, TokenEvent
-from mlxcel.models.loaded import LoadedModel
 from mlxcel.serving.chat import chat_prompt, chat_text
 from mlxcel.serving.chat_template import CHATML
 from mlxcel.serving.errors import APIError, invalid_request

@@ -7,9 +7,9 @@ generation config, then the built-ins below (llama-server's).
 
 from __future__ import annotations
 
-from mlxcel.api.schemas.common import SamplingFields
 from mlxcel.engine.sampling import SamplingDefaults
 from mlxcel.engine.types import DRY_BREAKERS, SamplingParams
+from mlxcel.protocol.common import SamplingFields
 from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.structured import output_schema
 

@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mlxcel.api.schemas.common import SamplingFields
 from mlxcel.engine.scheduler import RequestHandle
 from mlxcel.engine.types import (
     EngineError,
@@ -20,6 +19,7 @@ from mlxcel.engine.types import (
     TokenLogprob,
 )
 from mlxcel.models.loaded import LoadedModel
+from mlxcel.protocol.common import SamplingFields
 from mlxcel.serving.errors import APIError, invalid_request
 from mlxcel.serving.sampling import sampling_params
 

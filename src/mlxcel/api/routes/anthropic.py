@@ -20,9 +20,9 @@ from fastapi.routing import APIRoute
 from mlxcel.api.auth import require_api_key
 from mlxcel.api.errors import validation_error
 from mlxcel.api.routes.text import unless_disconnected
-from mlxcel.api.schemas.anthropic import CountTokensRequest, MessagesRequest
 from mlxcel.api.sse import typed_event_stream
 from mlxcel.api.state import model_for
+from mlxcel.protocol.anthropic import CountTokensRequest, MessagesRequest
 from mlxcel.serving.anthropic import count_tokens, create_message, prepare_message
 from mlxcel.serving.anthropic_stream import message_events
 from mlxcel.serving.errors import APIError

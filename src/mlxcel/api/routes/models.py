@@ -8,10 +8,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from mlxcel.api.auth import require_api_key
-from mlxcel.api.schemas.models import ModelAction
 from mlxcel.api.state import entry_for, loaded_registry, unavailable
 from mlxcel.models.loader import backend_label
 from mlxcel.models.registry import ModelBusy, ModelEntry, ModelUnavailable
+from mlxcel.protocol.models import ModelAction
 from mlxcel.serving.errors import APIError
 
 router = APIRouter(dependencies=[Depends(require_api_key)])

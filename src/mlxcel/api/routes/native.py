@@ -12,15 +12,15 @@ from fastapi.responses import StreamingResponse
 
 from mlxcel.api.auth import require_api_key
 from mlxcel.api.routes.text import unless_disconnected
-from mlxcel.api.schemas.chat import ChatCompletionRequest
-from mlxcel.api.schemas.infill import InfillRequest
-from mlxcel.api.schemas.native import (
+from mlxcel.api.sse import DONE, event_stream
+from mlxcel.api.state import model_for
+from mlxcel.protocol.chat import ChatCompletionRequest
+from mlxcel.protocol.infill import InfillRequest
+from mlxcel.protocol.native import (
     DetokenizeRequest,
     NativeCompletionRequest,
     TokenizeRequest,
 )
-from mlxcel.api.sse import DONE, event_stream
-from mlxcel.api.state import model_for
 from mlxcel.serving import native
 from mlxcel.serving.infill import prepare_infill
 

@@ -10,9 +10,9 @@ from fastapi.responses import StreamingResponse
 
 from mlxcel.api.auth import require_api_key
 from mlxcel.api.routes.text import unless_disconnected
-from mlxcel.api.schemas.responses import ResponsesRequest
 from mlxcel.api.sse import typed_event_stream
 from mlxcel.api.state import model_for
+from mlxcel.protocol.responses import ResponsesRequest
 from mlxcel.serving.errors import APIError
 from mlxcel.serving.response_store import ResponseStore, StoredResponse
 from mlxcel.serving.responses import create_response, prepare_response

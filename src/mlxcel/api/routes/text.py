@@ -10,10 +10,10 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
 from mlxcel.api.auth import require_api_key
-from mlxcel.api.schemas.chat import ChatCompletionRequest
-from mlxcel.api.schemas.completions import CompletionRequest
 from mlxcel.api.sse import event_stream
 from mlxcel.api.state import model_for
+from mlxcel.protocol.chat import ChatCompletionRequest
+from mlxcel.protocol.completions import CompletionRequest
 from mlxcel.serving.chat import chat_chunks, chat_completion, prepare_chat
 from mlxcel.serving.completions import completion, completion_chunks, prepare_completion
 from mlxcel.serving.errors import APIError

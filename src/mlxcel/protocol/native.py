@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from mlxcel.api.schemas.common import SamplingFields, Strict
+from mlxcel.protocol.common import SamplingFields, Strict
 
 
 class TokenizeRequest(Strict):

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from mlxcel.api.schemas.common import ReasoningEffort, SamplingFields, Strict
+from mlxcel.protocol.common import ReasoningEffort, SamplingFields, Strict
 
 
 def _mapping(call: ToolCall) -> Any:

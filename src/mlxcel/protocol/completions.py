@@ -6,7 +6,7 @@ from typing import cast
 
 from pydantic import Field
 
-from mlxcel.api.schemas.common import SamplingFields
+from mlxcel.protocol.common import SamplingFields
 
 
 class CompletionRequest(SamplingFields):
