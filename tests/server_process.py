@@ -35,7 +35,9 @@ class ServerProcess:
         socket_path: Path | None = None,
         env: dict[str, str] | None = None,
         log_path: Path | None = None,
+        command: str = "serve",
     ) -> None:
+        self.subcommand = command
         self.socket_path = socket_path
         self.args = args
         self.env = {**os.environ, **(env or {})}
@@ -47,7 +49,8 @@ class ServerProcess:
         where = (
             ["--socket", str(self.socket_path)] if self.socket_path else ["--port", str(self.port)]
         )
-        self.command = [MLXCEL, "serve", *where, "--threads", "1", *self.args]
+        threads = ["--threads", "1"] if self.subcommand == "serve" else []
+        self.command = [MLXCEL, self.subcommand, *where, *threads, *self.args]
         self._log = open(self.log_path, "wb") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self.process = subprocess.Popen(
             self.command, stdout=self._log, stderr=subprocess.STDOUT, env=self.env

@@ -14,10 +14,10 @@ import jsonschema
 import pytest
 
 from mlxcel.api.routes.anthropic import stream_error
-from mlxcel.api.schemas.anthropic import MessagesRequest
 from mlxcel.api.sse import typed_event_stream
 from mlxcel.engine.handle import RequestHandle
 from mlxcel.engine.types import EngineError, SamplingParams, TokenEvent
+from mlxcel.protocol.anthropic import MessagesRequest
 from mlxcel.serving.answer import AnswerStream
 from mlxcel.serving.anthropic import MessageJob
 from mlxcel.serving.anthropic_input import chat_request

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from mlxcel.api.schemas.chat import ChatCompletionRequest, ChatMessage, ContentPart, ToolCall
-from mlxcel.api.schemas.common import StreamOptions
-from mlxcel.api.schemas.completions import CompletionRequest
-from mlxcel.api.schemas.native import NativeCompletionRequest
-from mlxcel.api.schemas.policy import FieldClass, field_class
+from mlxcel.protocol.chat import ChatCompletionRequest, ChatMessage, ContentPart, ToolCall
+from mlxcel.protocol.common import StreamOptions
+from mlxcel.protocol.completions import CompletionRequest
+from mlxcel.protocol.native import NativeCompletionRequest
+from mlxcel.protocol.policy import FieldClass, field_class
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 REQUESTS: tuple[type[BaseModel], ...] = (

@@ -9,8 +9,8 @@ import httpx
 import pytest
 from bench.models import SHAPES, build, tiny
 
-from mlxcel.api.schemas.infill import ExtraFile
 from mlxcel.backends.llamacpp.generator import LlamaCppGenerator, LlamaCppOptions
+from mlxcel.protocol.infill import ExtraFile
 from mlxcel.serving.infill import FimLayout, infill_prompt
 from tests._client_util import default_gguf
 from tests.conftest import serving

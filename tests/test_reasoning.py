@@ -9,7 +9,7 @@ from typing import Any
 import openai
 import pytest
 
-from mlxcel.api.schemas.responses import ResponsesRequest
+from mlxcel.protocol.responses import ResponsesRequest
 from mlxcel.serving.responses_input import chat_messages
 from tests.conftest import applied_prompt, start
 from tests.server_process import ServerProcess

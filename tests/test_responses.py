@@ -11,9 +11,9 @@ import httpx
 import openai
 import pytest
 
-from mlxcel.api.schemas.responses import ResponsesRequest
 from mlxcel.engine.handle import RequestHandle
 from mlxcel.engine.types import EngineError, SamplingParams, TokenEvent
+from mlxcel.protocol.responses import ResponsesRequest
 from mlxcel.serving.response_store import ResponseStore
 from mlxcel.serving.responses import ResponseRun
 from mlxcel.serving.responses_stream import response_events

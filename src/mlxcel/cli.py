@@ -4,20 +4,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import mlxcel
 from mlxcel import config as defaults
+from mlxcel.cli_launch import launch_arguments, launch_argv
 from mlxcel.cli_llama_server import check_llama_server_arguments, llama_server_arguments
-from mlxcel.config import ServerConfig, parse_origins
-from mlxcel.logs import LOG_FORMATS, configure
+from mlxcel.cli_models import SIDE_MODELS, fail, file_models, side_models
+from mlxcel.config import ModelConfig, ServerConfig, parse_origins
+from mlxcel.config_file import (
+    ConfigError,
+    read_config,
+)
+from mlxcel.logs import LOG_FORMATS, LOG_LEVELS, configure
+from mlxcel.models.memory import parse_size
 from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
 from mlxcel.parsers.tools import PARSERS
+from mlxcel.weights import WeightsError, hub_id, resolve_model
 
-LOG_LEVELS = ("debug", "info", "warning", "error")
+logger = logging.getLogger("mlxcel.cli")
+
+_SERVER_FLAGS = ("host", "port", "socket", "log_level", "max_memory")
 
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +47,19 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME[,NAME]",
         help="served model names, comma-separated; the first is its id (default: the file stem)",
     )
+    add(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="YAML file with a server: section and a models: list (mlx-openai-server's "
+        "files load as they are); replaces -m and the side-model flags",
+    )
+    for dest, kind in SIDE_MODELS.items():
+        add(
+            f"--{dest.replace('_', '-')}",
+            metavar="MODEL",
+            help=f"also serve this {defaults.KIND_NAMES[kind]} model: a path, a hub id or default",
+        )
     add(
         "--backend",
         choices=defaults.BACKENDS,
@@ -198,6 +223,14 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="normalised p-less sampling for requests that set neither p_less nor p_less_norm",
     )
+    add(
+        "--max-memory",
+        type=_memory_size,
+        metavar="SIZE",
+        help="memory the loaded models may hold together (bytes, 512M, 8G, or a percentage "
+        "of RAM like 50%%); idle models are unloaded to make room, least recently used first "
+        "(default: no limit)",
+    )
     add("--no-warmup", action="store_true", help="skip the warm-up run after loading")
     add("--no-webui", action="store_true", help="do not serve the browser playground at /")
     add(
@@ -213,6 +246,13 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="text lines, or one JSON object per line for log shippers (default: %(default)s)",
     )
     llama_server_arguments(parser)
+
+
+def _memory_size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _api_keys(args: argparse.Namespace) -> tuple[str, ...]:
@@ -247,26 +287,11 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     check_llama_server_arguments(parser, args)
 
 
-def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServerConfig:
-    from mlxcel.engine.registry import choose_backend
-    from mlxcel.weights import WeightsError, hub_id, resolve_model
-
-    _check(parser, args)
-    try:
-        model = resolve_model(args.model)
-        choose_backend(model, args.backend)
-        api_keys = _api_keys(args)
-    except (WeightsError, ValueError, OSError) as exc:
-        parser.exit(2, f"mlxcel serve: error: {exc}\n")
-    return ServerConfig(
-        model=model,
-        alias=args.alias,
-        hub_id=hub_id(args.model),
+def _model_flags(args: argparse.Namespace) -> ModelConfig:
+    """The per-model settings the flags give (the model itself is filled in later)."""
+    return ModelConfig(
+        model=Path(),
         backend=args.backend,
-        host=args.host,
-        port=args.port,
-        socket=args.socket,
-        api_keys=api_keys,
         ctx_size=args.ctx_size,
         n_predict=args.n_predict,
         threads=args.threads,
@@ -276,8 +301,6 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         queue_size=args.queue_size,
         queue_timeout=args.queue_timeout,
         warmup=not args.no_warmup,
-        webui=not args.no_webui,
-        log_level=args.log_level,
         tool_call_parser=args.tool_call_parser,
         reasoning_parser=args.reasoning_parser,
         chat_template_file=args.chat_template_file,
@@ -289,8 +312,6 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         repeat_penalty=args.repeat_penalty,
         p_less=args.p_less,
         p_less_norm=args.p_less_norm,
-        strict_model_names=args.strict_model_names,
-        cors_origins=parse_origins(args.cors_origins) if args.cors_origins else (),
         seed=None if args.seed == -1 else args.seed,
         reasoning=args.reasoning,
         chat_template=args.chat_template,
@@ -303,16 +324,69 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
     )
 
 
-def _add_version(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--version", action="version", version=f"%(prog)s {mlxcel.__version__}")
+def _flag_models(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[ModelConfig]:
+    """-m's model (the embedded default without one) and the side models."""
+    from mlxcel.models.loader import choose_backend
+
+    side = side_models(parser, args)
+    try:
+        model = resolve_model(args.model)
+        choose_backend(model, args.backend)
+    except (WeightsError, ValueError, OSError) as exc:
+        fail(parser, str(exc))
+    main = replace(_model_flags(args), model=model, alias=args.alias, hub_id=hub_id(args.model))
+    return [main, *side]
+
+
+def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServerConfig:
+    _check(parser, args)
+    try:
+        api_keys = _api_keys(args)
+    except OSError as exc:
+        fail(parser, str(exc))
+    server: dict[str, object] = {}
+    if args.config is None:
+        models = _flag_models(parser, args)
+    else:
+        given = [f"--{d.replace('_', '-')}" for d in ("model", *SIDE_MODELS) if getattr(args, d)]
+        if given:
+            fail(parser, f"--config lists the models; {', '.join(given)} cannot be given with it")
+        try:
+            file = read_config(args.config)
+        except ConfigError as exc:
+            fail(parser, str(exc))
+        models = file_models(parser, file, _model_flags(args))
+        server = dict(file.server)
+        api_keys = tuple(dict.fromkeys((*api_keys, *server.pop("api_keys", ()))))  # type: ignore[misc]
+        for item in file.ignored:
+            logger.warning("%s: accepted, not acted on yet", item)
+    # A server flag given on the command line wins over the file's server section.
+    for dest in _SERVER_FLAGS:
+        if dest not in server or getattr(args, dest) != parser.get_default(dest):
+            server[dest] = getattr(args, dest)
+    verbose = server["log_level"] == "debug"
+    return ServerConfig(
+        models=tuple(replace(m, verbose=verbose) for m in models),
+        api_keys=api_keys,
+        config_file=args.config,
+        webui=not args.no_webui,
+        strict_model_names=args.strict_model_names,
+        cors_origins=parse_origins(args.cors_origins) if args.cors_origins else (),
+        **server,  # type: ignore[arg-type]
+    )
 
 
 def _run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     configure(args.log_level, args.log_format)
     config = _config(parser, args)
+    logging.getLogger().setLevel(config.log_level.upper())
     from mlxcel.api.server import serve
 
     return serve(config)
+
+
+def _add_version(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", action="version", version=f"%(prog)s {mlxcel.__version__}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -324,10 +398,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "serve", help="start the server", description="Start the OpenAI-compatible server."
     )
     _serve_arguments(serve)
+    launch = commands.add_parser(
+        "launch",
+        help="start the server with mlx-openai-server's `launch` flags",
+        description="Start the server, taking mlx-openai-server's `launch` flags.",
+    )
+    launch_arguments(launch)
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         # Said by the subcommand, so a typo in one of its flags shows its usage, not ours.
-        serve.error(f"unrecognized arguments: {' '.join(unknown)}")
+        (launch if args.command == "launch" else serve).error(
+            f"unrecognized arguments: {' '.join(unknown)}"
+        )
+    if args.command == "launch":
+        return _run_server(serve, serve.parse_args(launch_argv(launch, args)))
     return _run_server(serve, args)
 
 

@@ -1,4 +1,8 @@
-"""Server configuration: one definition of every setting and its default."""
+"""Server configuration: one definition of every setting and its default.
+
+`ServerConfig` is the process (listeners, keys, limits, logging, memory budget); each
+`ModelConfig` in it is one model it serves, with everything that is per model.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 DEFAULT_HOST = "127.0.0.1"
@@ -25,6 +29,29 @@ DEFAULT_BACKEND = "auto"
 BACKENDS = ("auto", "llamacpp", "mlx")
 API_KEY_ENV = "MLXCEL_API_KEY"
 ANY_ORIGIN = "*"
+
+Kind = Literal["text", "vision", "embedding", "rerank", "transcription", "speech", "image"]
+KINDS: tuple[Kind, ...] = (
+    "text",
+    "vision",
+    "embedding",
+    "rerank",
+    "transcription",
+    "speech",
+    "image",
+)
+# The kinds this build can serve; the capability issues add to it.
+SERVABLE_KINDS: frozenset[Kind] = frozenset({"text"})
+# What each kind is called where a user reads it.
+KIND_NAMES: dict[Kind, str] = {
+    "text": "text generation",
+    "vision": "vision (multimodal)",
+    "embedding": "embeddings",
+    "rerank": "reranking",
+    "transcription": "transcription",
+    "speech": "speech",
+    "image": "image generation",
+}
 
 
 def parse_origins(value: str) -> tuple[str, ...]:
@@ -52,17 +79,16 @@ def default_threads() -> int:
 
 
 @dataclass(frozen=True)
-class ServerConfig:
-    """Everything `mlxcel serve` was asked to do."""
+class ModelConfig:
+    """One model the server serves: where it is, what it is called, and how it runs."""
 
     model: Path
+    kind: Kind = "text"
     alias: str | None = None
+    aliases: tuple[str, ...] = ()
+    """More names the model answers to, beside its served name."""
     hub_id: str | None = None
     backend: str = DEFAULT_BACKEND
-    host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
-    socket: Path | None = None
-    api_keys: tuple[str, ...] = ()
     ctx_size: int = DEFAULT_CTX_SIZE
     n_predict: int = DEFAULT_N_PREDICT
     threads: int = field(default_factory=default_threads)
@@ -72,9 +98,8 @@ class ServerConfig:
     queue_size: int = DEFAULT_QUEUE_SIZE
     queue_timeout: float = DEFAULT_QUEUE_TIMEOUT
     warmup: bool = True
-    webui: bool = True
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    log_level: str = DEFAULT_LOG_LEVEL
+    verbose: bool = False
+    """The backend's own logging (llama.cpp's), as --log-level debug asks."""
     tool_call_parser: str = "auto"
     reasoning_parser: str = "auto"
     chat_template_file: Path | None = None
@@ -86,8 +111,6 @@ class ServerConfig:
     repeat_penalty: float | None = None
     p_less: bool = False
     p_less_norm: bool = False
-    strict_model_names: bool = False
-    cors_origins: tuple[str, ...] = ()
     seed: int | None = None
     reasoning: str = "auto"
     chat_template: str | None = None
@@ -97,9 +120,15 @@ class ServerConfig:
     flash_attn: str = "auto"
     mmap: bool = True
     mlock: bool = False
+    on_demand: bool = False
+    """Load on the first request, not at startup."""
+    idle_timeout: float = 0.0
+    """Unload after this many seconds with no request running or queued; 0 = never."""
+    pinned: bool = False
+    """Never unloaded for idleness or to make room."""
 
     def sampling_flags(self) -> dict[str, float | None]:
-        """The sampling defaults set on the command line (None: not set)."""
+        """The sampling defaults set by flag or config (None: not set)."""
         return {
             "temperature": self.temperature,
             "top_p": self.top_p,
@@ -129,20 +158,38 @@ class ServerConfig:
         return defaults
 
     @property
-    def served_names(self) -> tuple[str, ...]:
-        """Every name the model answers to: --alias's (comma-separated), else the hub id, file
-        stem or directory name."""
-        aliases = tuple(dict.fromkeys(a.strip() for a in (self.alias or "").split(",")))
-        aliases = tuple(a for a in aliases if a)
-        if aliases:
-            return aliases
-        if self.hub_id:
-            return (self.hub_id,)
+    def served_name(self) -> str:
+        """The model id clients see: the first --alias (comma-separated), else the hub id,
+        file stem or directory name."""
+        named = next((a.strip() for a in (self.alias or "").split(",") if a.strip()), None)
+        if named or self.hub_id:
+            return named or str(self.hub_id)
         # A directory's name is kept whole: "Qwen2.5-0.5B" has no suffix to drop.
-        gguf = self.model.suffix.lower() == ".gguf"
-        return (self.model.stem if gguf else self.model.name,)
+        return self.model.stem if self.model.suffix.lower() == ".gguf" else self.model.name
 
     @property
-    def served_name(self) -> str:
-        """The model id clients see: the first of its names."""
-        return self.served_names[0]
+    def names(self) -> tuple[str, ...]:
+        """Every name the model answers to, its served name first: the rest of --alias's,
+        then `aliases`."""
+        given = tuple(a.strip() for a in (self.alias or "").split(",") if a.strip())
+        return tuple(dict.fromkeys((self.served_name, *given, *self.aliases)))
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The process `mlxcel serve` runs: its listeners, keys, limits, logging and models."""
+
+    models: tuple[ModelConfig, ...]
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    socket: Path | None = None
+    api_keys: tuple[str, ...] = ()
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    log_level: str = DEFAULT_LOG_LEVEL
+    webui: bool = True
+    strict_model_names: bool = False
+    cors_origins: tuple[str, ...] = ()
+    config_file: Path | None = None
+    """The YAML file the models came from, if any."""
+    max_memory: int | None = None
+    """Bytes the loaded models may hold together (None: no budget)."""

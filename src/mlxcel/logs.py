@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(tag)s%(message)s"
 
 

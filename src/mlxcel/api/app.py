@@ -11,8 +11,9 @@ from mlxcel.api.access_log import AccessLog
 from mlxcel.api.cors import Cors
 from mlxcel.api.errors import install_error_handlers
 from mlxcel.api.limits import BodySizeLimit, JsonByDefault
-from mlxcel.api.routes import anthropic, health, native, observe, responses, text
+from mlxcel.api.routes import anthropic, health, models, native, observe, responses, text
 from mlxcel.api.routes.webui import webui_router
+from mlxcel.api.state import HoldModels
 from mlxcel.config import ServerConfig
 
 
@@ -22,22 +23,21 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.registry = None
     app.state.load_error = None
     app.state.api_keys = config.api_keys
-    app.state.n_predict = config.n_predict
-    app.state.tool_call_parser = config.tool_call_parser
-    app.state.reasoning_parser = config.reasoning_parser
     app.state.started = int(time.time())
     app.state.metrics_registry = CollectorRegistry()
     install_error_handlers(app)
     app.include_router(health.public)
-    for openai_routes in (health.router, text.router, responses.router):
+    for openai_routes in (models.listing, text.router, responses.router):
         app.include_router(openai_routes, prefix="/v1")
         # As llama-server does: a client whose base URL lacks /v1 still finds them.
         app.include_router(openai_routes, include_in_schema=False)
+    app.include_router(models.router)
     app.include_router(native.router)
     app.include_router(anthropic.router)
     app.include_router(observe.router)
     if config.webui:
         app.include_router(webui_router())
+    app.add_middleware(HoldModels)
     app.add_middleware(JsonByDefault)
     app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes)
     if config.cors_origins:

@@ -32,9 +32,14 @@ def validation_error(exc: RequestValidationError) -> APIError:
             f"unsupported field '{param}'", param=param, code="unsupported_field"
         )
     where = f"'{param}': " if param else ""
-    # What the field policy refuses (api/schemas/policy.py) is a field this server cannot do.
+    # What the field policy refuses (protocol/policy.py) is a field this server cannot do.
     code = "unsupported_field" if first.get("type") in _UNSUPPORTED else None
     return invalid_request(f"{where}{first.get('msg', 'invalid value')}", param=param, code=code)
+
+
+def error_response(error: APIError) -> JSONResponse:
+    """The envelope as an HTTP response."""
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -42,19 +47,19 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:
-        return exc.response()
+        return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_error(exc).response()
+        return error_response(validation_error(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
         code = {404: "not_found", 413: "request_too_large"}.get(exc.status_code)
-        return APIError(exc.status_code, message, code=code, headers=exc.headers).response()
+        return error_response(APIError(exc.status_code, message, code=code, headers=exc.headers))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unhandled error on %s %s", request.method, request.url.path)
-        return APIError(500, "internal server error").response()
+        return error_response(APIError(500, "internal server error"))

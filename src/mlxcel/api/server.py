@@ -1,4 +1,4 @@
-"""Run the app with uvicorn on TCP or a Unix socket while the model loads behind it.
+"""Run the app with uvicorn on TCP or a Unix socket while the models load behind it.
 
 The address is bound before anything else happens, so a port in use is one error line and
 exit code 2; so is a model that fails to load, with nothing after it.
@@ -11,7 +11,6 @@ import errno
 import logging
 import os
 import socket
-import threading
 from pathlib import Path
 
 import uvicorn
@@ -20,13 +19,11 @@ from fastapi import FastAPI
 from mlxcel.api.app import create_app
 from mlxcel.config import ServerConfig
 from mlxcel.engine.metrics import EngineMetrics
-from mlxcel.engine.registry import ModelRegistry, load_text_model
-from mlxcel.parsers.tools import detect_parser
-from mlxcel.serving.reasoning import reasoning_parser_name
+from mlxcel.models.registry import ModelRegistry, ModelUnavailable
 
 logger = logging.getLogger(__name__)
 
-# What `mlxcel serve` exits with when it cannot start: the address or the model is unusable.
+# What `mlxcel serve` exits with when it cannot start: the address or a model is unusable.
 EXIT_CANNOT_START = 2
 
 
@@ -82,31 +79,40 @@ def _cannot_listen(config: ServerConfig, exc: OSError) -> str:
     return f"cannot listen on {where}: {reason}; check --host and --port"
 
 
-def _load(app: FastAPI, config: ServerConfig, server: uvicorn.Server) -> None:
-    try:
-        registry = ModelRegistry(strict_names=config.strict_model_names)
-        model = load_text_model(config, EngineMetrics(app.state.metrics_registry))
-        source = model.chat_template.source if model.chat_template else ""
-        if config.tool_call_parser == "auto":
-            parser = detect_parser(source or None)
-            logger.info("tool-call parser: %s (auto, from the chat template)", parser)
-        if config.reasoning_parser == "auto":
-            # deepseek_r1 or qwen3 for <think> tags: decided per prompt, by who opens the tag.
-            reasoning = reasoning_parser_name("auto", "", source) or "none"
-            logger.info("reasoning parser: %s (auto, from the chat template)", reasoning)
-        registry.add(model)
+async def _serve(
+    app: FastAPI, config: ServerConfig, server: uvicorn.Server, sock: socket.socket
+) -> None:
+    """Serve while the models that load at startup load, and while the idle watcher runs."""
+    metrics = EngineMetrics(app.state.metrics_registry)
+    registry = ModelRegistry(
+        config.models,
+        metrics,
+        lenient=not config.strict_model_names,
+        max_memory=config.max_memory,
+    )
+    app.state.models = registry
+
+    async def start_up() -> None:
+        try:
+            await registry.start_up()
+        except ModelUnavailable as exc:
+            logger.error("could not load %s", str(exc).removeprefix("the "))
+            app.state.load_error = str(exc)
+            server.should_exit = True
+            return
         app.state.registry = registry
-    except Exception as exc:
-        app.state.load_error = str(exc)
-        server.should_exit = True
-        reason = str(exc)
-        # The backends' errors usually name the file already.
-        where = "" if str(config.model) in reason else f" {config.model}"
-        logger.error("could not load the model%s: %s", where, reason)
+        await registry.watch_idle()
+
+    loader = asyncio.ensure_future(start_up())
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        loader.cancel()
 
 
 def serve(config: ServerConfig) -> int:
-    """Serve until interrupted; EXIT_CANNOT_START when the address or the model is unusable."""
+    """Serve until interrupted; EXIT_CANNOT_START when the address or a model that loads at
+    startup is unusable."""
     try:
         sock = _bind(config)
     except OSError as exc:
@@ -123,14 +129,11 @@ def serve(config: ServerConfig) -> int:
     )
     server = uvicorn.Server(uv_config)
     where = f"unix:{config.socket}" if config.socket else f"http://{config.host}:{config.port}"
-    logger.info("listening on %s; loading the model", where)
-    loader = threading.Thread(target=_load, args=(app, config, server), name="loader", daemon=True)
-    loader.start()
+    logger.info("listening on %s; loading the models", where)
     try:
-        asyncio.run(server.serve(sockets=[sock]))
+        asyncio.run(_serve(app, config, server, sock))
     finally:
-        loader.join(timeout=1)
-        registry: ModelRegistry | None = app.state.registry
+        registry: ModelRegistry | None = getattr(app.state, "models", None)
         if registry is not None:
             registry.close()
         if config.socket and config.socket.exists():

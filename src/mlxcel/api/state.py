@@ -1,12 +1,25 @@
-"""What routes read from the app: the registry once loading is done, and settings."""
+"""What routes read from the app: the registry once start-up is done, and the model a request
+names, held for the request's whole life (streaming included)."""
 
 from __future__ import annotations
 
-from fastapi import Request
+from collections.abc import Callable
 
-from mlxcel.engine.registry import LoadedModel, ModelNotFound, ModelRegistry
+from fastapi import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
 from mlxcel.logs import current_request
+from mlxcel.models.loaded import TEXT, Capability, LoadedModel
+from mlxcel.models.registry import (
+    MissingCapability,
+    ModelEntry,
+    ModelNotFound,
+    ModelRegistry,
+    ModelUnavailable,
+)
 from mlxcel.serving.errors import APIError
+
+_LEASES = "model_leases"
 
 
 def loaded_registry(request: Request) -> ModelRegistry:
@@ -22,15 +35,68 @@ def loaded_registry(request: Request) -> ModelRegistry:
     return registry
 
 
-def model_for(request: Request, name: str | None) -> LoadedModel:
-    """The model a request names: 404 model_not_found if there is none by that name."""
+def entry_for(
+    request: Request, name: str | None, capability: Capability | None = TEXT
+) -> ModelEntry:
+    """The configured model a request names: 404 if none by that name, 400 if it cannot do
+    what the route does (`capability`; None: any model, by its name only)."""
+    registry = loaded_registry(request)
     record = current_request()
     if record is not None:
         record.model = name or "default"
     try:
-        model = loaded_registry(request).get(name)
+        entry = (
+            registry.named(name or "") if capability is None else registry.find(name, capability)
+        )
     except ModelNotFound as exc:
         raise APIError(404, str(exc), param="model", code="model_not_found") from exc
+    except MissingCapability as exc:
+        raise invalid_model(str(exc)) from exc
     if record is not None:
-        record.model = model.name
+        record.model = entry.name
+    return entry
+
+
+def invalid_model(message: str) -> APIError:
+    """A 400: the model named cannot serve this route."""
+    return APIError(400, message, param="model", code="model_not_supported")
+
+
+def unavailable(exc: ModelUnavailable) -> APIError:
+    """A 503: the model failed to load or took too long."""
+    return APIError(503, str(exc), code="model_unavailable", headers={"Retry-After": "1"})
+
+
+async def model_for(
+    request: Request, name: str | None, capability: Capability = TEXT
+) -> LoadedModel:
+    """The loaded model a request names, loaded first if need be, held until the response
+    has been sent."""
+    registry = loaded_registry(request)
+    entry = entry_for(request, name, capability)
+    try:
+        model = await registry.acquire(entry)
+    except ModelUnavailable as exc:
+        raise unavailable(exc) from exc
+    leases: list[Callable[[], None]] = request.scope["state"][_LEASES]
+    leases.append(lambda: registry.release(entry))
     return model
+
+
+class HoldModels:
+    """ASGI middleware: release the models a request used once its response is sent."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        leases: list[Callable[[], None]] = []
+        scope.setdefault("state", {})[_LEASES] = leases
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            for release in leases:
+                release()

@@ -6,8 +6,8 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mlxcel.api.schemas.anthropic import CountTokensRequest, MessagesRequest
-from mlxcel.engine.registry import LoadedModel
+from mlxcel.models.loaded import LoadedModel
+from mlxcel.protocol.anthropic import CountTokensRequest, MessagesRequest
 from mlxcel.serving.answer import parse_answer
 from mlxcel.serving.anthropic_input import chat_request
 from mlxcel.serving.chat import ChatJob, chat_prompt, prepare_chat

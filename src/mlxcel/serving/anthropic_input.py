@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mlxcel.api.schemas.anthropic import (
+from mlxcel.protocol.anthropic import (
     Block,
     CountTokensRequest,
     CustomTool,
@@ -25,7 +25,7 @@ from mlxcel.api.schemas.anthropic import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from mlxcel.api.schemas.chat import (
+from mlxcel.protocol.chat import (
     ChatCompletionRequest,
     ChatMessage,
     FunctionCall,
@@ -35,7 +35,7 @@ from mlxcel.api.schemas.chat import (
     ToolDef,
     text_parts,
 )
-from mlxcel.api.schemas.common import ReasoningEffort, SamplingFields
+from mlxcel.protocol.common import ReasoningEffort, SamplingFields
 from mlxcel.serving.errors import APIError, invalid_request
 
 # thinking.budget_tokens -> the reasoning effort templates read; Claude Code's "think",

@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mlxcel.api.schemas.chat import ChatCompletionRequest
-from mlxcel.engine.registry import LoadedModel
 from mlxcel.engine.types import TokenEvent
+from mlxcel.models.loaded import LoadedModel
+from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.serving.answer import AnswerStream, parse_answer, renders_special_tokens
 from mlxcel.serving.chat_template import render_chat
 from mlxcel.serving.errors import invalid_request

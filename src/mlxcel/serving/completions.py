@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from mlxcel.api.schemas.completions import CompletionRequest
-from mlxcel.engine.registry import LoadedModel
 from mlxcel.engine.types import TokenEvent
+from mlxcel.models.loaded import LoadedModel
+from mlxcel.protocol.completions import CompletionRequest
 from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.infill import answer_limit, fim_layout, infill_prompt
 from mlxcel.serving.logprobs import completion_logprobs

@@ -1,17 +1,18 @@
-"""The error a request gets: an HTTP status and the OpenAI error envelope."""
+"""The error a request gets: an HTTP status and the OpenAI error envelope.
+
+It knows nothing of the web framework: api/errors.py turns it into a response."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from fastapi.responses import JSONResponse
-
 _TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     404: "invalid_request_error",
     405: "invalid_request_error",
+    409: "invalid_request_error",
     413: "invalid_request_error",
     500: "server_error",
     503: "unavailable_error",
@@ -49,10 +50,6 @@ class APIError(Exception):
                 "code": self.code,
             }
         }
-
-    def response(self) -> JSONResponse:
-        """The envelope as an HTTP response."""
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
 def invalid_request(message: str, param: str | None = None, code: str | None = None) -> APIError:

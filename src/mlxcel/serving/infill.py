@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mlxcel.api.schemas.infill import ExtraFile, InfillRequest
-from mlxcel.engine.registry import LoadedModel
 from mlxcel.engine.types import FillsInTheMiddle, TextGenerator
+from mlxcel.models.loaded import LoadedModel
+from mlxcel.protocol.infill import ExtraFile, InfillRequest
 from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.native import NativeJob, native_job
 

@@ -8,15 +8,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import mlxcel
-from mlxcel.api.schemas.chat import ChatCompletionRequest
-from mlxcel.api.schemas.common import SamplingFields
-from mlxcel.api.schemas.native import (
+from mlxcel.engine.types import SamplingParams, TokenEvent, TokenLogprob
+from mlxcel.models.loaded import LoadedModel
+from mlxcel.protocol.chat import ChatCompletionRequest
+from mlxcel.protocol.common import SamplingFields
+from mlxcel.protocol.native import (
     DetokenizeRequest,
     NativeCompletionRequest,
     TokenizeRequest,
 )
-from mlxcel.engine.registry import LoadedModel
-from mlxcel.engine.types import SamplingParams, TokenEvent, TokenLogprob
 from mlxcel.serving.chat import chat_prompt, chat_text
 from mlxcel.serving.chat_template import CHATML
 from mlxcel.serving.errors import invalid_request

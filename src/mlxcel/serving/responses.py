@@ -7,8 +7,8 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mlxcel.api.schemas.responses import ResponsesRequest
-from mlxcel.engine.registry import LoadedModel
+from mlxcel.models.loaded import LoadedModel
+from mlxcel.protocol.responses import ResponsesRequest
 from mlxcel.serving.answer import renders_special_tokens
 from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.reasoning import reasoning_parser_name, reasoning_tokens

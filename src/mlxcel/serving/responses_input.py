@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mlxcel.api.schemas.responses import (
+from mlxcel.engine.types import ChatTemplate
+from mlxcel.protocol.responses import (
     FunctionCallItem,
     FunctionTool,
     InputItem,
@@ -14,7 +15,6 @@ from mlxcel.api.schemas.responses import (
     ReasoningItem,
     ResponsesRequest,
 )
-from mlxcel.engine.types import ChatTemplate
 from mlxcel.serving.chat_template import render_chat
 from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.reasoning import thinking_kwargs

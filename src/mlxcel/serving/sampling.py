@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mlxcel.api.schemas.common import SamplingFields
 from mlxcel.engine.sampling import SamplingDefaults
 from mlxcel.engine.types import DRY_BREAKERS, SamplerStage, SamplingParams, TextGenerator
+from mlxcel.protocol.common import SamplingFields
 from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.structured import output_schema
 

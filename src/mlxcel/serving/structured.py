@@ -7,7 +7,7 @@ from typing import Any
 
 import jsonschema
 
-from mlxcel.api.schemas.common import SamplingFields
+from mlxcel.protocol.common import SamplingFields
 from mlxcel.schema_defaults import closed_objects
 from mlxcel.serving.errors import invalid_request
 

@@ -12,9 +12,7 @@ from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from mlxcel.api.schemas.common import Prompt, SamplingFields
 from mlxcel.engine.handle import RequestHandle
-from mlxcel.engine.registry import LoadedModel
 from mlxcel.engine.types import (
     EngineError,
     SamplingParams,
@@ -23,6 +21,8 @@ from mlxcel.engine.types import (
     TokenLogprob,
 )
 from mlxcel.logs import current_request
+from mlxcel.models.loaded import LoadedModel
+from mlxcel.protocol.common import Prompt, SamplingFields
 from mlxcel.serving.errors import APIError, invalid_request
 from mlxcel.serving.sampling import logit_bias, sampling_params
 

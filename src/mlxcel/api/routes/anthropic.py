@@ -20,9 +20,9 @@ from fastapi.routing import APIRoute
 from mlxcel.api.auth import require_api_key
 from mlxcel.api.errors import validation_error
 from mlxcel.api.routes.text import unless_disconnected
-from mlxcel.api.schemas.anthropic import CountTokensRequest, MessagesRequest
 from mlxcel.api.sse import typed_event_stream
 from mlxcel.api.state import model_for
+from mlxcel.protocol.anthropic import CountTokensRequest, MessagesRequest
 from mlxcel.serving.anthropic import count_tokens, create_message, prepare_message
 from mlxcel.serving.anthropic_stream import message_events
 from mlxcel.serving.errors import APIError
@@ -81,15 +81,14 @@ router = APIRouter(route_class=AnthropicRoute, dependencies=[Depends(require_api
 @router.post("/v1/messages", response_model=None)
 async def messages(body: MessagesRequest, request: Request) -> dict[str, Any] | StreamingResponse:
     """A message, streamed as Anthropic's events or whole."""
-    model = model_for(request, body.model)
-    state = request.app.state
+    model = await model_for(request, body.model)
     job = await asyncio.to_thread(
         prepare_message,
         model,
         body,
-        state.n_predict,
-        state.tool_call_parser,
-        state.reasoning_parser,
+        model.n_predict,
+        model.tool_call_parser,
+        model.reasoning_parser,
     )
     if body.stream:
         return await typed_event_stream(message_events(job), job.message_id, stream_error)
@@ -99,6 +98,5 @@ async def messages(body: MessagesRequest, request: Request) -> dict[str, Any] | 
 @router.post("/v1/messages/count_tokens")
 async def count(body: CountTokensRequest, request: Request) -> dict[str, int]:
     """How many input tokens a message request would take."""
-    model = model_for(request, body.model)
-    parser = request.app.state.tool_call_parser
-    return await asyncio.to_thread(count_tokens, model, body, parser)
+    model = await model_for(request, body.model)
+    return await asyncio.to_thread(count_tokens, model, body, model.tool_call_parser)

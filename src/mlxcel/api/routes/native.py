@@ -12,15 +12,15 @@ from fastapi.responses import StreamingResponse
 
 from mlxcel.api.auth import require_api_key
 from mlxcel.api.routes.text import unless_disconnected
-from mlxcel.api.schemas.chat import ChatCompletionRequest
-from mlxcel.api.schemas.infill import InfillRequest
-from mlxcel.api.schemas.native import (
+from mlxcel.api.sse import DONE, event_stream
+from mlxcel.api.state import model_for
+from mlxcel.protocol.chat import ChatCompletionRequest
+from mlxcel.protocol.infill import InfillRequest
+from mlxcel.protocol.native import (
     DetokenizeRequest,
     NativeCompletionRequest,
     TokenizeRequest,
 )
-from mlxcel.api.sse import DONE, event_stream
-from mlxcel.api.state import model_for
 from mlxcel.serving import native
 from mlxcel.serving.infill import prepare_infill
 
@@ -30,37 +30,36 @@ router = APIRouter(dependencies=[Depends(require_api_key)])
 @router.post("/tokenize")
 async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
     """Text to token ids, optionally with each token's piece."""
-    model = model_for(request, body.model)
+    model = await model_for(request, body.model)
     return await asyncio.to_thread(native.tokenize, model, body)
 
 
 @router.post("/detokenize")
 async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, str]:
     """Token ids to text."""
-    model = model_for(request, body.model)
+    model = await model_for(request, body.model)
     return await asyncio.to_thread(native.detokenize, model, body)
 
 
 @router.post("/apply-template")
 async def apply_template(body: ChatCompletionRequest, request: Request) -> dict[str, str]:
     """A chat request to the prompt the model would see, without generating."""
-    model = model_for(request, body.model)
-    parser = request.app.state.tool_call_parser
-    return await asyncio.to_thread(native.apply_template, model, body, parser)
+    model = await model_for(request, body.model)
+    return await asyncio.to_thread(native.apply_template, model, body, model.tool_call_parser)
 
 
 @router.get("/props")
 async def props(request: Request, model: str | None = None) -> dict[str, Any]:
     """Server properties and the generation defaults, in llama-server's shape."""
-    return native.props(model_for(request, model), request.app.state.n_predict)
+    loaded = await model_for(request, model)
+    return native.props(loaded, loaded.n_predict)
 
 
 @router.post("/v1/chat/completions/input_tokens")
 async def input_tokens(body: ChatCompletionRequest, request: Request) -> dict[str, Any]:
     """How many prompt tokens a chat request would take."""
-    model = model_for(request, body.model)
-    parser = request.app.state.tool_call_parser
-    return await asyncio.to_thread(native.count_input_tokens, model, body, parser)
+    model = await model_for(request, body.model)
+    return await asyncio.to_thread(native.count_input_tokens, model, body, model.tool_call_parser)
 
 
 def _without_done(response: StreamingResponse) -> StreamingResponse:
@@ -85,10 +84,8 @@ async def completion(
     llama-server also answers natively at /completions; here that path is OpenAI's, so that an
     OpenAI client whose base URL lacks /v1 works (see text.py).
     """
-    model = model_for(request, body.model)
-    prepared = await asyncio.to_thread(
-        native.prepare_native, model, body, request.app.state.n_predict
-    )
+    model = await model_for(request, body.model)
+    prepared = await asyncio.to_thread(native.prepare_native, model, body, model.n_predict)
     return await _native_answer(request, prepared)
 
 
@@ -97,8 +94,8 @@ async def infill(
     body: InfillRequest, request: Request
 ) -> dict[str, Any] | list[dict[str, Any]] | StreamingResponse:
     """llama-server's code infill: the gap between input_prefix and input_suffix, filled."""
-    model = model_for(request, body.model)
-    prepared = await asyncio.to_thread(prepare_infill, model, body, request.app.state.n_predict)
+    model = await model_for(request, body.model)
+    prepared = await asyncio.to_thread(prepare_infill, model, body, model.n_predict)
     return await _native_answer(request, prepared)
 
 

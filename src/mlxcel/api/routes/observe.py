@@ -25,7 +25,7 @@ async def metrics(request: Request) -> Response:
 @router.get("/slots")
 async def slots(request: Request, model: str | None = None) -> list[dict[str, Any]]:
     """llama-server's /slots: one entry per slot of the model (default: the first)."""
-    loaded = model_for(request, model)
+    loaded = await model_for(request, model)
     n_ctx = loaded.generator.n_ctx_seq
     return [
         {

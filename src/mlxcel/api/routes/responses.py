@@ -10,9 +10,9 @@ from fastapi.responses import StreamingResponse
 
 from mlxcel.api.auth import require_api_key
 from mlxcel.api.routes.text import unless_disconnected
-from mlxcel.api.schemas.responses import ResponsesRequest
 from mlxcel.api.sse import typed_event_stream
 from mlxcel.api.state import model_for
+from mlxcel.protocol.responses import ResponsesRequest
 from mlxcel.serving.errors import APIError
 from mlxcel.serving.response_store import ResponseStore, StoredResponse
 from mlxcel.serving.responses import create_response, prepare_response
@@ -53,19 +53,18 @@ def _stream_error(_: Exception, last: dict[str, Any]) -> dict[str, Any]:
 @router.post("/responses", response_model=None)
 async def create(body: ResponsesRequest, request: Request) -> dict[str, Any] | StreamingResponse:
     """OpenAI Responses, streamed as typed events or whole."""
-    model = model_for(request, body.model)
+    model = await model_for(request, body.model)
     history: list[dict[str, Any]] = []
     if body.previous_response_id:
         history = _stored(request, body.previous_response_id, "previous_response_id").messages
-    state = request.app.state
     run = await asyncio.to_thread(
         prepare_response,
         model,
         body,
         history,
-        state.n_predict,
-        state.tool_call_parser,
-        state.reasoning_parser,
+        model.n_predict,
+        model.tool_call_parser,
+        model.reasoning_parser,
     )
     if body.stream:
         events = response_events(run, _store(request))

@@ -10,10 +10,10 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
 from mlxcel.api.auth import require_api_key
-from mlxcel.api.schemas.chat import ChatCompletionRequest
-from mlxcel.api.schemas.completions import CompletionRequest
 from mlxcel.api.sse import event_stream
 from mlxcel.api.state import model_for
+from mlxcel.protocol.chat import ChatCompletionRequest
+from mlxcel.protocol.completions import CompletionRequest
 from mlxcel.serving.chat import chat_chunks, chat_completion, prepare_chat
 from mlxcel.serving.completions import completion, completion_chunks, prepare_completion
 from mlxcel.serving.errors import APIError
@@ -47,10 +47,9 @@ async def chat_completions(
     body: ChatCompletionRequest, request: Request
 ) -> dict[str, Any] | StreamingResponse:
     """OpenAI chat completions, streamed or whole."""
-    model = model_for(request, body.model)
-    state = request.app.state
+    model = await model_for(request, body.model)
     job = await asyncio.to_thread(
-        prepare_chat, model, body, state.n_predict, state.tool_call_parser, state.reasoning_parser
+        prepare_chat, model, body, model.n_predict, model.tool_call_parser, model.reasoning_parser
     )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -63,8 +62,8 @@ async def completions(
     body: CompletionRequest, request: Request
 ) -> dict[str, Any] | StreamingResponse:
     """OpenAI text completions, streamed or whole."""
-    model = model_for(request, body.model)
-    job = await asyncio.to_thread(prepare_completion, model, body, request.app.state.n_predict)
+    model = await model_for(request, body.model)
+    job = await asyncio.to_thread(prepare_completion, model, body, model.n_predict)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return await event_stream(completion_chunks(job, include_usage))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from mlxcel.api.schemas.common import Strict
-from mlxcel.api.schemas.native import NativeCompletionRequest
+from mlxcel.protocol.common import Strict
+from mlxcel.protocol.native import NativeCompletionRequest
 
 
 class ExtraFile(Strict):

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
 
-from mlxcel.api.schemas.common import ReasoningEffort, SamplingFields, Strict
+from mlxcel.protocol.common import ReasoningEffort, SamplingFields, Strict
 
 
 class ContentPart(Strict):

@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from mlxcel.api.schemas.common import ReasoningEffort, SamplingFields
-from mlxcel.api.schemas.policy import NoEffect, Refused, Strict
+from mlxcel.protocol.common import ReasoningEffort, SamplingFields
+from mlxcel.protocol.policy import NoEffect, Refused, Strict
 
 _PART_TYPES = ("text", "refusal")
 

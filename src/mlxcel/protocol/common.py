@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal, cast
 
 from pydantic import BeforeValidator, Field
 
-from mlxcel.api.schemas.policy import NoEffect, Strict
+from mlxcel.protocol.policy import NoEffect, Strict
 
 # How hard a reasoning model should think, as the OpenAI API names it.
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]

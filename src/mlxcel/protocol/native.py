@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from mlxcel.api.schemas.common import Prompt, Prompts, SamplingFields, prompt_batch
-from mlxcel.api.schemas.policy import Strict
+from mlxcel.protocol.common import Prompt, Prompts, SamplingFields, prompt_batch
+from mlxcel.protocol.policy import Strict
 
 
 class TokenizeRequest(Strict):

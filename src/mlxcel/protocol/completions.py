@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from mlxcel.api.schemas.common import Prompt, Prompts, SamplingFields, prompt_batch
+from mlxcel.protocol.common import Prompt, Prompts, SamplingFields, prompt_batch
 
 
 class CompletionRequest(SamplingFields):

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
-from mlxcel.api.schemas.common import SamplingFields, Strict
+from mlxcel.protocol.common import SamplingFields, Strict
 
 # Prompt caching is automatic here (the prefix cache matches the prompt's own tokens), so a
 # block's cache_control breakpoint is accepted and has nothing to add.

@@ -1,0 +1,75 @@
+"""GET /models and /models/{id} (under /v1 and without: every configured model, its
+capabilities and state), and llama-server's router routes POST /models/load and /models/unload."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+
+from mlxcel.api.auth import require_api_key
+from mlxcel.api.state import entry_for, loaded_registry, unavailable
+from mlxcel.models.loader import backend_label
+from mlxcel.models.registry import ModelBusy, ModelEntry, ModelUnavailable
+from mlxcel.protocol.models import ModelAction
+from mlxcel.serving.errors import APIError
+
+listing = APIRouter(dependencies=[Depends(require_api_key)])
+router = APIRouter(dependencies=[Depends(require_api_key)])
+
+
+def _listed(entry: ModelEntry, created: int) -> dict[str, Any]:
+    config = entry.config
+    listed: dict[str, Any] = {
+        "id": entry.name,
+        "object": "model",
+        "created": created,
+        "owned_by": "mlxcel",
+        "aliases": list(config.names[1:]),
+        "capabilities": list(entry.capabilities),
+        "state": entry.state,
+        "meta": {
+            "backend": backend_label(config),
+            "path": str(config.model),
+            "memory_bytes": entry.size,
+        },
+    }
+    if entry.reason is not None:
+        listed["reason"] = entry.reason
+    return listed
+
+
+@listing.get("/models")
+async def list_models(request: Request) -> dict[str, Any]:
+    """The configured models in OpenAI's list shape, with their capabilities and state."""
+    registry = loaded_registry(request)
+    created = request.app.state.started
+    return {"object": "list", "data": [_listed(e, created) for e in registry.entries()]}
+
+
+@listing.get("/models/{model_id:path}")
+async def retrieve_model(model_id: str, request: Request) -> dict[str, Any]:
+    """One configured model by any of its names (hub ids hold a slash); 404 for other names."""
+    return _listed(entry_for(request, model_id, None), request.app.state.started)
+
+
+@router.post("/models/load")
+async def load(body: ModelAction, request: Request) -> dict[str, Any]:
+    """Load a model now (nothing to do if it is loaded)."""
+    entry = entry_for(request, body.model, None)
+    try:
+        await loaded_registry(request).load(entry)
+    except ModelUnavailable as exc:
+        raise unavailable(exc) from exc
+    return {"success": True, **_listed(entry, request.app.state.started)}
+
+
+@router.post("/models/unload")
+async def unload(body: ModelAction, request: Request) -> dict[str, Any]:
+    """Unload a model now, ending its engine; 409 while requests hold it."""
+    entry = entry_for(request, body.model, None)
+    try:
+        await loaded_registry(request).unload(entry)
+    except ModelBusy as exc:
+        raise APIError(409, str(exc), param="model", code="model_busy") from exc
+    return {"success": True, **_listed(entry, request.app.state.started)}

@@ -1,0 +1,77 @@
+"""A loaded model and what it can do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from mlxcel.config import Kind, ModelConfig
+from mlxcel.engine.sampling import SamplingDefaults
+from mlxcel.engine.scheduler import Scheduler
+from mlxcel.engine.types import ChatTemplate, TextGenerator
+
+Capability = Literal[
+    "text", "vision", "embedding", "rerank", "transcription", "speech", "image_generation"
+]
+TEXT: Capability = "text"
+
+CAPABILITIES: dict[Kind, tuple[Capability, ...]] = {
+    "text": ("text",),
+    "vision": ("text", "vision"),
+    "embedding": ("embedding",),
+    "rerank": ("rerank",),
+    "transcription": ("transcription",),
+    "speech": ("speech",),
+    "image": ("image_generation",),
+}
+
+
+@dataclass
+class LoadedModel:
+    """A model the server serves: its config, its engine, and what routes need, resolved once."""
+
+    config: ModelConfig
+    backend: str
+    generator: TextGenerator
+    scheduler: Scheduler
+    defaults: SamplingDefaults
+    chat_template: ChatTemplate
+    """The template its chats render with (the model's own unless a flag chose another)."""
+    tool_call_parser: str
+    """The parser for tool calls: the configured one, or with `auto` the template's."""
+
+    @property
+    def name(self) -> str:
+        """The served name."""
+        return self.config.served_name
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        """Other names it answers to."""
+        return self.config.names[1:]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every name it answers to, its id first."""
+        return self.config.names
+
+    @property
+    def path(self) -> Path:
+        """The weights: a GGUF file or a model directory."""
+        return self.config.model
+
+    @property
+    def n_predict(self) -> int:
+        """Tokens to generate when a request sets no limit (-1: until the context is full)."""
+        return self.config.n_predict
+
+    @property
+    def reasoning_parser(self) -> str:
+        """The reasoning parser setting (`auto` is decided per prompt, by who opens the tag)."""
+        return self.config.reasoning_parser
+
+    def close(self) -> None:
+        """Stop the engine thread and free the weights."""
+        self.scheduler.stop()
+        self.generator.close()

@@ -1,0 +1,151 @@
+"""A model config in, a loaded model out: the backend chosen, opened, warmed up, its engine
+started, and its chat template, parsers and sampling defaults resolved once."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+from mlxcel.chat_templates import BUILTIN_TEMPLATES, CHATML, builtin_for
+from mlxcel.config import ModelConfig
+from mlxcel.engine.metrics import EngineMetrics
+from mlxcel.engine.prompt_cache import PromptCache
+from mlxcel.engine.sampling import model_defaults
+from mlxcel.engine.scheduler import Scheduler, SchedulerLimits
+from mlxcel.engine.types import ChatTemplate, TextGenerator
+from mlxcel.models.loaded import LoadedModel
+from mlxcel.parsers.tools import detect_parser
+from mlxcel.progress import progress
+from mlxcel.serving.reasoning import reasoning_parser_name
+
+logger = logging.getLogger(__name__)
+
+
+def choose_backend(model: Path, requested: str) -> str:
+    """llama.cpp for a .gguf file, MLX for a model directory; `requested` may only agree."""
+    natural = "mlx" if model.is_dir() else "llamacpp"
+    if requested not in ("auto", natural):
+        kind = "a model directory" if natural == "mlx" else "a GGUF file"
+        raise ValueError(
+            f"--backend {requested} cannot serve {model}, which is {kind}: "
+            f"use --backend {natural} (or auto)"
+        )
+    return natural
+
+
+def backend_label(config: ModelConfig) -> str:
+    """The engine that serves (or will serve) a model, as /v1/models and /props name it."""
+    return "mlx" if choose_backend(config.model, config.backend) == "mlx" else "llama.cpp"
+
+
+def _open_llamacpp(config: ModelConfig) -> TextGenerator:
+    from mlxcel.backends.llamacpp import LlamaCppGenerator, LlamaCppOptions
+
+    options = LlamaCppOptions(
+        ctx_size=config.ctx_size,
+        threads=config.threads,
+        parallel=config.parallel,
+        batch_size=config.batch_size,
+        ubatch_size=config.ubatch_size,
+        verbose=config.verbose,
+        n_gpu_layers=config.n_gpu_layers,
+        flash_attn=config.flash_attn,
+        mmap=config.mmap,
+        mlock=config.mlock,
+    )
+    logger.info("loading %s with llama.cpp (%d threads)", config.model, config.threads)
+    with progress(f"loading {config.model.name}"):
+        return LlamaCppGenerator(config.model, options)
+
+
+def _open_mlx(config: ModelConfig) -> TextGenerator:
+    from mlxcel.backends.mlx import MlxGenerator, MlxOptions
+
+    options = MlxOptions(config.ctx_size, config.parallel, config.batch_size)
+    ignored = config.llamacpp_only_flags()
+    if ignored:
+        logger.warning("%s: no effect on the MLX backend (llama.cpp flags)", ", ".join(ignored))
+    logger.info("loading %s with MLX", config.model)
+    with progress(f"loading {config.model.name}"):
+        return MlxGenerator(config.model, options)
+
+
+def load_model(config: ModelConfig, metrics: EngineMetrics) -> LoadedModel:
+    """Load a text model on the backend its format calls for, and start its engine."""
+    backend = choose_backend(config.model, config.backend)
+    generator = _open_mlx(config) if backend == "mlx" else _open_llamacpp(config)
+    try:
+        if config.warmup:
+            with progress("warming up"):
+                generator.warm_up()
+        template = _chat_template(config, generator)
+    except OSError:
+        generator.close()
+        raise
+    name = config.served_name
+    scheduler = Scheduler(
+        generator,
+        limits=SchedulerLimits(config.queue_size, config.queue_timeout),
+        name=name,
+        metrics=metrics.bind(name),
+        prompt_cache=_prompt_cache(config),
+    )
+    scheduler.start()
+    logger.info(
+        "serving %s as '%s' (context %d per sequence, %d parallel)",
+        config.model.name,
+        name,
+        generator.n_ctx_seq,
+        generator.n_slots,
+    )
+    defaults = replace(
+        model_defaults(config.sampling_flags(), generator.generation_config), seed=config.seed
+    )
+    logger.info("[%s] sampling defaults: %s", name, defaults)
+    source = template.source
+    tool_parser = config.tool_call_parser
+    how = "configured"
+    if tool_parser == "auto":
+        tool_parser, how = detect_parser(source or None), "auto, from the chat template"
+    logger.info("[%s] tool-call parser: %s (%s)", name, tool_parser, how)
+    if config.reasoning_parser == "auto":
+        # deepseek_r1 or qwen3 for <think> tags: decided per prompt, by who opens the tag.
+        reasoning = reasoning_parser_name("auto", "", source) or "none"
+        logger.info("[%s] reasoning parser: %s (auto, from the chat template)", name, reasoning)
+    return LoadedModel(
+        config, backend_label(config), generator, scheduler, defaults, template, tool_parser
+    )
+
+
+def _prompt_cache(config: ModelConfig) -> PromptCache | None:
+    """The host-memory prompt cache --cache-ram asks for (MiB; -1 no limit, 0 none)."""
+    if config.cache_ram_mib == 0:
+        return None
+    limit = -1 if config.cache_ram_mib < 0 else config.cache_ram_mib * 1024 * 1024
+    return PromptCache(limit)
+
+
+def _chat_template(config: ModelConfig, generator: TextGenerator) -> ChatTemplate:
+    """The template chats render with, the server's template variables attached:
+    --chat-template-file's, --chat-template's (a built-in's name, or Jinja), with --no-jinja
+    the built-in of the model's format, else the model's own (ChatML if it has none)."""
+    own = generator.chat_template
+    source = own.source if own else None
+    if config.chat_template_file is not None:
+        source = config.chat_template_file.read_text()
+        logger.info("chat template: %s", config.chat_template_file)
+    elif config.chat_template is not None:
+        name = config.chat_template
+        source = BUILTIN_TEMPLATES.get(name, name)
+        logger.info(
+            "chat template: %s", f"built-in {name}" if name in BUILTIN_TEMPLATES else "given"
+        )
+    elif not config.jinja:
+        name = builtin_for(source)
+        source = BUILTIN_TEMPLATES[name]
+        logger.info("chat template: built-in %s (--no-jinja)", name)
+    elif source is None:
+        logger.info("chat template: none in the model, ChatML")
+    bos, eos = (own.bos_token, own.eos_token) if own else ("", "")
+    return ChatTemplate(source or CHATML, bos, eos, config.template_defaults())

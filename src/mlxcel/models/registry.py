@@ -1,0 +1,352 @@
+"""Every configured model, its state, and the lookups and lifecycle routes go through.
+
+A route asks for a model by name and capability; the registry answers with a loaded model,
+loading it first when it is on demand or was unloaded, and holds a lease on it until the
+request is done so that it is never unloaded under a request. All state changes happen on the
+event loop; loading and unloading run on a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from mlxcel.config import ModelConfig
+from mlxcel.engine.metrics import EngineMetrics
+from mlxcel.models.loaded import CAPABILITIES, Capability, LoadedModel
+from mlxcel.models.loader import load_model
+from mlxcel.models.memory import mib, resident_bytes, weights_bytes
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_NAMES = frozenset({"default", ""})
+# Unknown model names logged (each once) before the log stops naming new ones.
+_LOGGED_STAND_INS = 64
+# A model that failed may be loaded again this many times per window before its requests are
+# answered with the failure until the window passes.
+RESTARTS_PER_WINDOW = 3
+RESTART_WINDOW_S = 60.0
+# How often the idle watcher looks, at most and at least.
+IDLE_POLL_MAX_S = 1.0
+IDLE_POLL_MIN_S = 0.05
+
+State = Literal["unloaded", "loading", "loaded", "unloading", "failed"]
+
+
+class ModelNotFound(LookupError):
+    """No configured model answers to the requested name (404)."""
+
+
+class MissingCapability(LookupError):
+    """The named model cannot do what the route does (400)."""
+
+
+class ModelUnavailable(Exception):
+    """The model cannot serve right now: it failed, or its load took too long (503)."""
+
+
+class NoRoom(Exception):
+    """Loading a model would go past --max-memory and nothing idle can be unloaded."""
+
+
+class ModelBusy(Exception):
+    """The model has requests running, so it cannot be unloaded now (409)."""
+
+
+@dataclass
+class ModelEntry:
+    """One configured model: its config, its state, and the loaded model when there is one."""
+
+    config: ModelConfig
+    state: State = "unloaded"
+    reason: str | None = None
+    """Why the last load failed, when `state` is `failed`."""
+    model: LoadedModel | None = None
+    leases: int = 0
+    """Requests holding the model: running, queued, or waiting for it to load."""
+    last_used: float = field(default_factory=time.monotonic)
+    task: asyncio.Future[str | None] | None = None
+    """The load or unload in progress; it ends with why a load failed, or None."""
+    failures: deque[float] = field(default_factory=deque)
+    size: int | None = None
+    """Resident memory the model took when it last loaded (measured, not guessed)."""
+
+    @property
+    def name(self) -> str:
+        """The served name."""
+        return self.config.served_name
+
+    @property
+    def capabilities(self) -> tuple[Capability, ...]:
+        """What the model can do."""
+        return CAPABILITIES[self.config.kind]
+
+    def answers_to(self, name: str) -> bool:
+        """Whether a request's `model` field means this model."""
+        return name in (*self.config.names, str(self.config.model), self.config.model.name)
+
+    @property
+    def expected_size(self) -> int:
+        """What loading the model will take: its measured size, else its weights on disk."""
+        return self.size if self.size is not None else weights_bytes(self.config.model)
+
+    @property
+    def evictable(self) -> bool:
+        """Loaded, idle and unpinned: it may be unloaded to make room."""
+        return (
+            self.state == "loaded"
+            and self.task is None
+            and self.leases == 0
+            and not self.config.pinned
+        )
+
+    def may_restart(self, now: float) -> bool:
+        """Whether a failed model may try loading again (a bounded rate of restarts)."""
+        while self.failures and now - self.failures[0] > RESTART_WINDOW_S:
+            self.failures.popleft()
+        return len(self.failures) < RESTARTS_PER_WINDOW
+
+
+class ModelRegistry:
+    """The models of this server; the first with a capability is what `default` means."""
+
+    def __init__(
+        self,
+        configs: Iterable[ModelConfig],
+        metrics: EngineMetrics,
+        *,
+        lenient: bool = False,
+        max_memory: int | None = None,
+    ) -> None:
+        self._entries = [ModelEntry(config) for config in configs]
+        self._metrics = metrics
+        self._lenient = lenient
+        """One model of a capability serves requests that name an unknown model."""
+        self._stand_ins: set[str] = set()
+        self._max_memory = max_memory
+        # One load at a time: each is measured alone, and each decides about room alone.
+        self._load_lock = asyncio.Lock()
+
+    def entries(self) -> list[ModelEntry]:
+        """Every configured model, first one first."""
+        return list(self._entries)
+
+    def loaded(self) -> list[LoadedModel]:
+        """Every loaded model."""
+        return [e.model for e in self._entries if e.model is not None]
+
+    def served_names(self) -> list[str]:
+        """Every name a request may use, for error messages."""
+        return [name for entry in self._entries for name in entry.config.names]
+
+    def find(self, name: str | None, capability: Capability) -> ModelEntry:
+        """The model a request's `model` field means for a route that needs `capability`."""
+        able = [e for e in self._entries if capability in e.capabilities]
+        if name is None or name in DEFAULT_MODEL_NAMES:
+            if not able:
+                raise ModelNotFound(f"no model here can do {capability}; served: {self._listing()}")
+            return able[0]
+        entry = next((e for e in self._entries if e.answers_to(name)), None)
+        if entry is None:
+            if self._lenient and len(able) == 1:
+                self._log_stand_in(name, able[0])
+                return able[0]
+            return self.named(name)
+        if capability not in entry.capabilities:
+            raise MissingCapability(
+                f"the model '{name}' cannot do {capability}; it serves "
+                f"{', '.join(entry.capabilities)}"
+            )
+        return entry
+
+    def _log_stand_in(self, name: str, entry: ModelEntry) -> None:
+        if name not in self._stand_ins and len(self._stand_ins) < _LOGGED_STAND_INS:
+            self._stand_ins.add(name)
+            logger.info(
+                "requests for model '%s' are served by '%s' (--strict-model-names: 404 instead)",
+                name,
+                entry.name,
+            )
+
+    def named(self, name: str) -> ModelEntry:
+        """The model with this name or alias (or file path or file name), whatever it does."""
+        entry = next((e for e in self._entries if e.answers_to(name)), None)
+        if entry is None:
+            raise ModelNotFound(f"the model '{name}' does not exist; served: {self._listing()}")
+        return entry
+
+    def _listing(self) -> str:
+        return f"{', '.join(self.served_names()) or 'none'} (see GET /v1/models)"
+
+    async def acquire(self, entry: ModelEntry) -> LoadedModel:
+        """The loaded model, loading it first if need be; hold it until `release`.
+
+        Waiting for a load counts against the model's queue timeout.
+        """
+        entry.leases += 1
+        entry.last_used = time.monotonic()
+        try:
+            timeout = entry.config.queue_timeout or None
+            return await asyncio.wait_for(self._loaded(entry), timeout)
+        except asyncio.TimeoutError:
+            entry.leases -= 1
+            raise ModelUnavailable(
+                f"the model '{entry.name}' did not finish loading within "
+                f"{entry.config.queue_timeout:g}s"
+            ) from None
+        except BaseException:
+            entry.leases -= 1
+            raise
+
+    def release(self, entry: ModelEntry) -> None:
+        """A request is done with the model."""
+        entry.leases -= 1
+        entry.last_used = time.monotonic()
+
+    async def _loaded(self, entry: ModelEntry) -> LoadedModel:
+        while True:
+            if entry.model is not None and entry.state == "loaded":
+                return entry.model
+            if entry.task is not None:
+                error = await asyncio.shield(entry.task)
+                if error is not None:
+                    raise ModelUnavailable(error)
+                continue
+            if entry.state == "failed" and not entry.may_restart(time.monotonic()):
+                raise ModelUnavailable(f"the model '{entry.name}' failed to load: {entry.reason}")
+            entry.task = asyncio.ensure_future(self._load(entry))
+
+    async def _load(self, entry: ModelEntry) -> str | None:
+        entry.state = "loading"
+        try:
+            async with self._load_lock:
+                await self._make_room(entry)
+                started, before = time.monotonic(), resident_bytes()
+                logger.info("loading model '%s'", entry.name)
+                model = await asyncio.to_thread(load_model, entry.config, self._metrics)
+                after = resident_bytes()
+        except NoRoom as exc:
+            entry.state = "unloaded"
+            logger.warning("%s", exc)
+            return str(exc)
+        except Exception as exc:
+            entry.state, entry.reason = "failed", str(exc) or type(exc).__name__
+            entry.failures.append(time.monotonic())
+            logger.error("could not load model '%s': %s", entry.name, entry.reason)
+            return f"the model '{entry.name}' failed to load: {entry.reason}"
+        finally:
+            entry.task = None
+        if before is not None and after is not None:
+            entry.size = max(0, after - before)
+        entry.model, entry.state, entry.reason = model, "loaded", None
+        size = f", resident {mib(entry.size)}" if entry.size is not None else ""
+        logger.info("loaded model '%s' in %.1fs%s", entry.name, time.monotonic() - started, size)
+        return None
+
+    async def _make_room(self, entry: ModelEntry) -> None:
+        """Unload idle unpinned models, least recently used first, until `entry` fits the
+        memory budget; NoRoom if it cannot."""
+        budget = self._max_memory
+        if budget is None:
+            return
+        need = entry.expected_size
+        while True:
+            holders = [e for e in self._entries if e.state in ("loaded", "unloading")]
+            held = sum(e.expected_size for e in holders)
+            if held + need <= budget:
+                return
+            idle = sorted((e for e in holders if e.evictable), key=lambda e: e.last_used)
+            if not idle:
+                raise NoRoom(self._no_room(entry, need, held, holders))
+            await self.unload(idle[0], f"making room for '{entry.name}'")
+
+    def _no_room(self, entry: ModelEntry, need: int, held: int, holders: list[ModelEntry]) -> str:
+        def why(e: ModelEntry) -> str:
+            if e.config.pinned:
+                return "pinned"
+            return f"{e.leases} request(s)" if e.leases else e.state
+
+        listed = ", ".join(f"'{e.name}' {mib(e.expected_size)} ({why(e)})" for e in holders)
+        return (
+            f"not enough memory for the model '{entry.name}': it needs about {mib(need)}, "
+            f"--max-memory is {mib(self._max_memory or 0)} and {mib(held)} is held by {listed}"
+        )
+
+    async def load(self, entry: ModelEntry) -> None:
+        """Load the model now (POST /models/load); nothing to do if it is loaded."""
+        await self.acquire(entry)
+        self.release(entry)
+
+    async def unload(self, entry: ModelEntry, why: str = "asked to") -> None:
+        """Unload the model, ending its engine; raises ModelBusy while requests hold it."""
+        while entry.task is not None:
+            await asyncio.shield(entry.task)
+        if entry.leases:
+            raise ModelBusy(
+                f"the model '{entry.name}' has {entry.leases} request(s) running or queued"
+            )
+        if entry.model is None:
+            return
+        entry.task = asyncio.ensure_future(self._unload(entry, why))
+        await asyncio.shield(entry.task)
+
+    async def _unload(self, entry: ModelEntry, why: str) -> str | None:
+        model, entry.model, entry.state = entry.model, None, "unloading"
+        started = time.monotonic()
+        try:
+            if model is not None:
+                await asyncio.to_thread(model.close)
+        finally:
+            entry.state, entry.task = "unloaded", None
+        freed = f", {mib(entry.size)} freed" if entry.size is not None else ""
+        logger.info(
+            "unloaded model '%s' (%s) in %.1fs%s",
+            entry.name,
+            why,
+            time.monotonic() - started,
+            freed,
+        )
+        return None
+
+    async def start_up(self) -> None:
+        """Load every model that is not on demand, in order; raise on the first failure."""
+        for entry in self._entries:
+            if not entry.config.on_demand:
+                await self._loaded(entry)
+
+    async def watch_idle(self) -> None:
+        """Forever: unload each model idle for longer than its idle timeout (unless pinned)."""
+        timeouts = [
+            e.config.idle_timeout
+            for e in self._entries
+            if e.config.idle_timeout > 0 and not e.config.pinned
+        ]
+        if not timeouts:
+            return
+        poll = min(IDLE_POLL_MAX_S, max(IDLE_POLL_MIN_S, min(timeouts) / 4))
+        while True:
+            await asyncio.sleep(poll)
+            now = time.monotonic()
+            for entry in self._entries:
+                timeout = entry.config.idle_timeout
+                if (
+                    timeout > 0
+                    and not entry.config.pinned
+                    and entry.state == "loaded"
+                    and entry.task is None
+                    and entry.leases == 0
+                    and now - entry.last_used >= timeout
+                ):
+                    await self.unload(entry, f"idle for {timeout:g}s")
+
+    def close(self) -> None:
+        """Stop every engine and free every model (at shutdown)."""
+        for entry in self._entries:
+            if entry.model is not None:
+                entry.model.close()
+                entry.model, entry.state = None, "unloaded"

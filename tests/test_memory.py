@@ -1,0 +1,136 @@
+"""--max-memory: measured model sizes, LRU eviction of idle models, never a busy one, 503 when
+there is no room; and unloading gives the memory back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests._client_util import default_gguf
+from tests.conftest import start
+from tests.server_process import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+HELLO = [{"role": "user", "content": "Say hello."}]
+# Long enough to still be running while the test looks.
+LONG: dict[str, Any] = {"max_tokens": 200, "extra_body": {"ignore_eos": True}}
+
+
+def _models(names: list[str], **keys: object) -> str:
+    extra = "".join(f"    {k}: {v}\n" for k, v in keys.items())
+    gguf = default_gguf()
+    return "models:\n" + "".join(
+        f"  - model_path: {gguf}\n    name: {name}\n    ctx_size: 512\n{extra}" for name in names
+    )
+
+
+def _states(server: ServerProcess) -> dict[str, str]:
+    with server.http() as http:
+        return {m["id"]: m["state"] for m in http.get("/v1/models").json()["data"]}
+
+
+def _resident_kib(server: ServerProcess) -> int:
+    status = Path(f"/proc/{server.process.pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1])
+
+
+def test_budget_evicts_the_least_recently_used_idle_model_never_a_busy_one(
+    tmp_path: Path,
+) -> None:
+    # Room for two models, not three: a model takes about its file's size, a little more.
+    budget = int(default_gguf().stat().st_size * 2.9)
+    config = tmp_path / "m.yaml"
+    config.write_text(_models(["a", "b", "c"], on_demand="true"))
+    proc = start(tmp_path, "--config", str(config), "--max-memory", str(budget))
+    try:
+        client = proc.openai()
+        for name in ("a", "b", "a"):
+            client.chat.completions.create(model=name, messages=HELLO, max_tokens=2)
+        client.chat.completions.create(model="c", messages=HELLO, max_tokens=2)
+        assert _states(proc) == {"a": "loaded", "b": "unloaded", "c": "loaded"}
+        assert "unloaded model 'b' (making room for 'c')" in proc.log()
+        with proc.http() as http:
+            sizes = {
+                m["id"]: m["meta"]["memory_bytes"] for m in http.get("/v1/models").json()["data"]
+            }
+        assert sizes["a"] > 0 and sizes["b"] > 0 and sizes["c"] > 0
+
+        # With a and c both busy, b finds no room: 503 naming who holds the memory.
+        streams = [
+            client.chat.completions.create(model=name, messages=HELLO, stream=True, **LONG)
+            for name in ("a", "c")
+        ]
+        for stream in streams:
+            next(iter(stream))
+        with pytest.raises(openai.InternalServerError) as caught:
+            client.chat.completions.create(model="b", messages=HELLO, max_tokens=2)
+        assert caught.value.status_code == 503
+        message = str(caught.value.body["message"])  # type: ignore[index]
+        assert message.startswith("not enough memory for the model 'b': it needs about")
+        assert "'a'" in message and "'c'" in message and "1 request(s)" in message
+        # Neither busy model was touched: both streams run to their end.
+        for stream in streams:
+            finishes = [c.choices[0].finish_reason for c in stream if c.choices]
+            assert finishes[-1] == "length"
+        assert _states(proc) == {"a": "loaded", "b": "unloaded", "c": "loaded"}
+    finally:
+        proc.stop()
+
+
+def test_pinned_model_is_never_evicted(tmp_path: Path) -> None:
+    budget = int(default_gguf().stat().st_size * 1.9)
+    config = tmp_path / "m.yaml"
+    gguf = default_gguf()
+    config.write_text(
+        f"server:\n  max_memory: {budget}\nmodels:\n"
+        f"  - model_path: {gguf}\n    name: kept\n    pinned: true\n    ctx_size: 512\n"
+        f"  - model_path: {gguf}\n    name: other\n    on_demand: true\n    ctx_size: 512\n"
+    )
+    proc = start(tmp_path, "--config", str(config))
+    try:
+        with pytest.raises(openai.InternalServerError) as caught:
+            proc.openai().completions.create(model="other", prompt="Hi", max_tokens=2)
+        assert "'kept'" in str(caught.value.body) and "(pinned)" in str(caught.value.body)
+        assert _states(proc) == {"kept": "loaded", "other": "unloaded"}
+    finally:
+        proc.stop()
+
+
+def test_unloading_gives_the_memory_back(tmp_path: Path) -> None:
+    config = tmp_path / "m.yaml"
+    config.write_text(_models(["m"], on_demand="true"))
+    proc = start(tmp_path, "--config", str(config))
+    try:
+        with proc.http() as http:
+            # One load and unload first, so the engine's own code is in memory for the baseline.
+            assert http.post("/models/load", json={"model": "m"}).is_success
+            assert http.post("/models/unload", json={"model": "m"}).is_success
+            baseline = _resident_kib(proc)
+            assert http.post("/models/load", json={"model": "m"}).is_success
+            loaded = _resident_kib(proc)
+            assert http.post("/models/unload", json={"model": "m"}).is_success
+            after = _resident_kib(proc)
+        weights_kib = default_gguf().stat().st_size // 1024
+        assert loaded - baseline > weights_kib // 2
+        assert after - baseline < (loaded - baseline) // 2
+    finally:
+        proc.stop()
+
+
+def test_bad_max_memory_is_refused(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.server_process import MLXCEL
+
+    result = subprocess.run(
+        [MLXCEL, "serve", "--max-memory", "lots"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "mlxcel serve: error: argument --max-memory: 'lots' is not a size: use bytes, 512M, 8G "
+        "or a percentage like 50%"
+    )
