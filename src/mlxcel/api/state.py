@@ -40,10 +40,10 @@ def entry_for(
 ) -> ModelEntry:
     """The configured model a request names: 404 if none by that name, 400 if it cannot do
     what the route does (`capability`; None: any model, by its name only)."""
-    registry = loaded_registry(request)
     record = current_request()
-    if record is not None:
+    if record is not None and capability is not None:
         record.model = name or "default"
+    registry = loaded_registry(request)
     try:
         entry = (
             registry.named(name or "") if capability is None else registry.find(name, capability)
@@ -52,7 +52,7 @@ def entry_for(
         raise APIError(404, str(exc), param="model", code="model_not_found") from exc
     except MissingCapability as exc:
         raise invalid_model(str(exc)) from exc
-    if record is not None:
+    if record is not None and capability is not None:
         record.model = entry.name
     return entry
 
@@ -72,8 +72,8 @@ async def model_for(
 ) -> LoadedModel:
     """The loaded model a request names, loaded first if need be, held until the response
     has been sent."""
-    registry = loaded_registry(request)
     entry = entry_for(request, name, capability)
+    registry = loaded_registry(request)
     try:
         model = await registry.acquire(entry)
     except ModelUnavailable as exc:
