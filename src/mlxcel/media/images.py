@@ -1,0 +1,60 @@
+"""Decoding an image under the pixel limit: first frame, RGB, and a digest of its pixels."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import warnings
+from dataclasses import dataclass
+
+from PIL import Image as PILImage
+
+from mlxcel.media.policy import MediaError
+
+# Formats a request may send, by the MIME types that name them.
+FORMATS = {"image/png": "PNG", "image/jpeg": "JPEG", "image/webp": "WEBP", "image/gif": "GIF"}
+
+
+@dataclass(frozen=True)
+class Image:
+    """A decoded image: RGB rows of `width` x `height` pixels, and a digest that names it."""
+
+    width: int
+    height: int
+    rgb: bytes
+    digest: str
+    """sha256 of the size and pixels: the same picture in two encodings is one image."""
+
+    def to_pil(self) -> PILImage.Image:
+        """The image as a Pillow RGB image (for processors that take one)."""
+        return PILImage.frombytes("RGB", (self.width, self.height), self.rgb)
+
+
+def decode(data: bytes, max_pixels: int, param: str | None = None) -> Image:
+    """Decode PNG, JPEG, WebP or GIF (its first frame); refuse more than `max_pixels`."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", PILImage.DecompressionBombWarning)
+            opened = PILImage.open(io.BytesIO(data), formats=list(FORMATS.values()))
+            width, height = opened.size
+            # The header's size is checked before any pixel is decoded (decompression bombs).
+            if width * height > max_pixels:
+                raise MediaError(
+                    f"image is {width}x{height} = {width * height} pixels, more than the limit "
+                    f"of {max_pixels} (--media-max-pixels)",
+                    "image_too_many_pixels",
+                    param,
+                )
+            opened.seek(0)
+            rgb = opened.convert("RGB")
+    except MediaError:
+        raise
+    except (PILImage.DecompressionBombError, PILImage.DecompressionBombWarning) as exc:
+        raise MediaError(f"image refused: {exc}", "image_too_many_pixels", param) from exc
+    except Exception as exc:
+        raise MediaError(
+            "could not decode the image: send PNG, JPEG, WebP or GIF", "invalid_image", param
+        ) from exc
+    pixels = rgb.tobytes()
+    digest = hashlib.sha256(f"{width}x{height}:".encode() + pixels).hexdigest()
+    return Image(width, height, pixels, digest)
