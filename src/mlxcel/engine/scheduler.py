@@ -9,6 +9,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from mlxcel.engine import media
 from mlxcel.engine.handle import RequestHandle
 from mlxcel.engine.metrics import ModelMetrics
 from mlxcel.engine.prompt_cache import PromptCache
@@ -17,6 +18,7 @@ from mlxcel.engine.text import IncrementalText, StopMatcher
 from mlxcel.engine.types import (
     EngineError,
     Feed,
+    MediaSpan,
     PromptProgress,
     Sample,
     SamplingParams,
@@ -37,6 +39,7 @@ class _Job:
     handle: RequestHandle
     prompt: list[int]
     params: SamplingParams
+    media: tuple[MediaSpan, ...] = ()
     arrived: float = field(default_factory=time.monotonic)
 
 
@@ -137,14 +140,20 @@ class Scheduler:
             self._wakeup.notify()
         self._thread.join(timeout=30)
 
-    def submit(self, request_id: str, prompt: list[int], params: SamplingParams) -> RequestHandle:
+    def submit(
+        self,
+        request_id: str,
+        prompt: list[int],
+        params: SamplingParams,
+        media: tuple[MediaSpan, ...] = (),
+    ) -> RequestHandle:
         """Queue a request; raises EngineError(code='server_busy') when the queue is full."""
         handle = RequestHandle(request_id, asyncio.get_running_loop())
         with self._wakeup:
             if len(self._waiting) >= self._limits.queue_size + self._pool.free_count:
                 self._metrics.rejected("queue_full")
                 raise EngineError("the server is busy: request queue is full", "server_busy")
-            self._waiting.append(_Job(handle, prompt, params))
+            self._waiting.append(_Job(handle, prompt, params, media))
             self._wakeup.notify()
         return handle
 
@@ -195,6 +204,7 @@ class Scheduler:
             slot, shared = self._pool.choose(job.prompt, job.params.id_slot)
             # cache_prompt false: the prompt is evaluated from its first token.
             cached = self._swap_cached(slot, shared, job.prompt) if job.params.cache_prompt else 0
+            cached = media.reusable(job.media, cached)
             with self._wakeup:
                 self._pool.claim(slot, job.handle.request_id, cached)
             error = self._open(job, slot, cached)
@@ -266,11 +276,13 @@ class Scheduler:
         budget = max(1, self._generator.max_feed_tokens - len(feeds))
         for r in self._running:
             if r.prefilling and budget > 0:
-                chunk = r.job.prompt[r.fed : r.fed + budget]
+                end = media.chunk_end(r.job.media, r.fed, budget, len(r.job.prompt))
+                chunk = r.job.prompt[r.fed : end]
                 budget -= len(chunk)
                 # With no token to generate (max_tokens 0) the prompt is only evaluated.
-                last = r.fed + len(chunk) == len(r.job.prompt)
-                feeds.append(Feed(r.slot, chunk, last and r.job.params.max_tokens > 0))
+                last = end == len(r.job.prompt)
+                sample = last and r.job.params.max_tokens > 0
+                feeds.append(Feed(r.slot, chunk, sample, media.rows_in(r.job.media, r.fed, end)))
         return feeds
 
     def _step(self) -> None:

@@ -6,6 +6,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+import numpy as np
+
+from mlxcel.media.images import Image
+
 DRY_BREAKERS = ("\n", ":", '"', "*")
 
 # The stages of llama-server's sampler chain, by its names (`samplers`), in its default order.
@@ -99,12 +103,41 @@ class Sample:
 
 
 @dataclass(frozen=True)
+class MediaSpan:
+    """An image's place in a prompt: where its tokens start, and their embedding rows.
+
+    Its tokens in the prompt are one placeholder id (`placeholder`, negative, from the image's
+    digest), so the prefix cache matches the same image at the same place and nothing else.
+    """
+
+    start: int
+    embeddings: np.ndarray = field(compare=False, repr=False)
+    """float32, one row per token of the image, the model's embedding width."""
+    digest: str
+
+    @property
+    def end(self) -> int:
+        """The index after the image's last token."""
+        return self.start + len(self.embeddings)
+
+    @property
+    def placeholder(self) -> int:
+        """The token id the prompt holds at each of the image's positions."""
+        return -1 - int(self.digest[:7], 16)
+
+
+@dataclass(frozen=True)
 class Feed:
-    """Tokens to evaluate for one sequence in a step, and whether to sample after them."""
+    """Tokens to evaluate for one sequence in a step, and whether to sample after them.
+
+    `media` are (offset into `tokens`, rows) for the images among them: those positions are
+    evaluated from the rows, not from token ids. An image is never split across two feeds.
+    """
 
     slot: int
     tokens: Sequence[int]
     sample: bool
+    media: tuple[tuple[int, np.ndarray], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -264,6 +297,23 @@ class SavesState(Protocol):
 
     def load_state(self, slot: int, data: bytes) -> bool:
         """Put saved state into a slot (replacing what it held); False if it did not fit."""
+        ...
+
+
+@runtime_checkable
+class SeesImages(Protocol):
+    """A generator with a vision projector: a prompt may hold images where its marker is."""
+
+    @property
+    def media_marker(self) -> str:
+        """The text that stands for one image in a rendered prompt."""
+        ...
+
+    def tokenize_with_images(
+        self, text: str, images: Sequence[Image]
+    ) -> tuple[list[int], tuple[MediaSpan, ...]]:
+        """Tokens for `text` with each marker replaced by its image's placeholders, and where
+        each image sits. Any thread may call it (it embeds the images there)."""
         ...
 
 

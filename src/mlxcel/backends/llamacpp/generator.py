@@ -17,7 +17,16 @@ from llguidance.llamacpp import lltokenizer_from_vocab
 from mlxcel.backends.guidance import Constraint, constraint
 from mlxcel.backends.llamacpp import native
 from mlxcel.backends.llamacpp.sampling import build_chain, sample_with_logprobs
-from mlxcel.engine.types import ChatTemplate, Feed, FimTokens, Sample, SamplingParams
+from mlxcel.backends.llamacpp.vision import Projector
+from mlxcel.engine.types import (
+    ChatTemplate,
+    Feed,
+    FimTokens,
+    MediaSpan,
+    Sample,
+    SamplingParams,
+)
+from mlxcel.media.images import Image
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +70,8 @@ class LlamaCppOptions:
     """Flash attention: on, off or auto."""
     mmap: bool = True
     mlock: bool = False
+    mmproj: Path | None = None
+    """A vision projector GGUF (--mmproj): the model then reads images."""
 
 
 # How --mmap/--no-mmap and --mlock load the weights; mmap alone is llama.cpp's own choice.
@@ -110,6 +121,11 @@ class LlamaCppGenerator:
         self._chat_template = self._read_chat_template()
         self._generation_config = self._read_generation_config()
         self._fim_tokens = self._read_fim_tokens()
+        self._projector: Projector | None = None
+        if options.mmproj is not None:
+            self._projector = Projector(
+                options.mmproj, model, options.threads, use_gpu=options.n_gpu_layers != 0
+            )
 
     def _new_context(self, options: LlamaCppOptions) -> Any:
         params = llama_cpp.llama_context_default_params()
@@ -197,6 +213,24 @@ class LlamaCppGenerator:
     def add_bos(self) -> bool:
         return bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
 
+    @property
+    def input_modalities(self) -> tuple[str, ...]:
+        """What a prompt may hold: text, and images with a projector."""
+        return ("text",) if self._projector is None else ("text", "image")
+
+    @property
+    def media_marker(self) -> str:
+        if self._projector is None:
+            raise ValueError("this model has no vision projector")
+        return self._projector.marker
+
+    def tokenize_with_images(
+        self, text: str, images: Sequence[Image]
+    ) -> tuple[list[int], tuple[MediaSpan, ...]]:
+        if self._projector is None:
+            raise ValueError("this model has no vision projector")
+        return self._projector.tokenize(text, images, self._max_feed)
+
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         return native.tokenize(
             self._vocab, text.encode(), add_special=add_special, parse_special=parse_special
@@ -261,6 +295,65 @@ class LlamaCppGenerator:
             llama_cpp.llama_sampler_free(state.chain)
 
     def step(self, feeds: Sequence[Feed]) -> list[Sample | None]:
+        # Token feeds share one llama_decode; a feed with images decodes on its own after them,
+        # an embedding batch per image (a llama_batch holds tokens or embeddings, not both).
+        plain = [feed for feed in feeds if not feed.media]
+        done = dict(zip(map(id, plain), self._step_tokens(plain), strict=True)) if plain else {}
+        return [done[id(feed)] if id(feed) in done else self._step_media(feed) for feed in feeds]
+
+    def _step_media(self, feed: Feed) -> Sample | None:
+        index = -1
+        pos = 0
+        for offset, rows in (*feed.media, (len(feed.tokens), None)):
+            if offset > pos:
+                last = rows is None
+                text = Feed(feed.slot, feed.tokens[pos:offset], feed.sample and last)
+                decoded = self._decode_tokens([text])[0]
+                index = -1 if decoded is None else decoded
+            if rows is not None:
+                last = offset + len(rows) == len(feed.tokens)
+                index = self._decode_embeddings(feed.slot, rows, feed.sample and last)
+                pos = offset + len(rows)
+            else:
+                pos = offset
+        return self._sample(feed.slot, index) if feed.sample else None
+
+    def _decode_embeddings(self, slot: int, rows: np.ndarray, logits: bool) -> int:
+        """Evaluate one image's rows at the slot's next positions; the index of its last."""
+        n, width = rows.shape
+        batch = llama_cpp.llama_batch_init(n, width, 1)
+        try:
+            data = np.ascontiguousarray(rows, dtype=np.float32)
+            ctypes.memmove(batch.embd, data.ctypes.data, data.nbytes)
+            start = self._n_past[slot]
+            for i in range(n):
+                batch.pos[i] = start + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = slot
+                batch.logits[i] = logits and i == n - 1
+            batch.n_tokens = n
+            non_causal = self._projector is not None and self._projector.non_causal
+            if non_causal:
+                llama_cpp.llama_set_causal_attn(self._ctx, False)
+            status = llama_cpp.llama_decode(self._ctx, batch)
+            if non_causal:
+                llama_cpp.llama_set_causal_attn(self._ctx, True)
+            if status != 0:
+                raise RuntimeError(f"llama_decode failed on an image with status {status}")
+            self._n_past[slot] = start + n
+            return n - 1
+        finally:
+            llama_cpp.llama_batch_free(batch)
+
+    def _step_tokens(self, feeds: Sequence[Feed]) -> list[Sample | None]:
+        outputs = self._decode_tokens(feeds)
+        return [
+            None if index is None else self._sample(feed.slot, index)
+            for feed, index in zip(feeds, outputs, strict=True)
+        ]
+
+    def _decode_tokens(self, feeds: Sequence[Feed]) -> list[int | None]:
+        """One llama_decode of every feed's tokens; the batch index each feed samples at."""
         batch = self._batch
         n = 0
         outputs: list[int | None] = []
@@ -279,10 +372,7 @@ class LlamaCppGenerator:
         status = llama_cpp.llama_decode(self._ctx, batch)
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status}")
-        return [
-            None if index is None else self._sample(feed.slot, index)
-            for feed, index in zip(feeds, outputs, strict=True)
-        ]
+        return outputs
 
     def _sample(self, slot: int, index: int) -> Sample:
         state = self._slots[slot]
@@ -329,6 +419,8 @@ class LlamaCppGenerator:
     def close(self) -> None:
         for slot in list(self._slots):
             self.close_slot(slot)
+        if self._projector is not None:
+            self._projector.close()
         llama_cpp.llama_batch_free(self._batch)
         llama_cpp.llama_free(self._ctx)
         llama_cpp.llama_model_free(self._model)

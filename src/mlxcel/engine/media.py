@@ -1,0 +1,34 @@
+"""Where a prompt's images sit, for the scheduler: chunks never cut one, reuse never ends in one."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from mlxcel.engine.types import MediaSpan
+
+
+def chunk_end(spans: Sequence[MediaSpan], start: int, budget: int, length: int) -> int:
+    """Where a prompt chunk from `start` of at most `budget` tokens ends: never inside an
+    image (one that starts at `start` is taken whole, whatever the budget)."""
+    end = min(start + budget, length)
+    for span in spans:
+        if span.start <= start < span.end:
+            return span.end
+        if span.start < end < span.end:
+            return span.start
+    return end
+
+
+def rows_in(spans: Sequence[MediaSpan], start: int, end: int) -> tuple[tuple[int, np.ndarray], ...]:
+    """The images among prompt tokens [start, end), as a Feed takes them."""
+    return tuple((s.start - start, s.embeddings) for s in spans if start <= s.start < end)
+
+
+def reusable(spans: Sequence[MediaSpan], cached: int) -> int:
+    """`cached` prompt tokens, cut back to the start of an image they would end inside."""
+    for span in spans:
+        if span.start < cached < span.end:
+            return span.start
+    return cached
