@@ -15,6 +15,7 @@ import mlxcel
 from mlxcel import config as defaults
 from mlxcel.cli_launch import launch_arguments, launch_argv
 from mlxcel.cli_llama_server import check_llama_server_arguments, llama_server_arguments
+from mlxcel.cli_media import media_arguments, media_policy
 from mlxcel.cli_models import SIDE_MODELS, fail, file_models, side_models
 from mlxcel.config import ModelConfig, ServerConfig, parse_origins
 from mlxcel.config_file import (
@@ -246,6 +247,7 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="text lines, or one JSON object per line for log shippers (default: %(default)s)",
     )
     llama_server_arguments(parser)
+    media_arguments(parser)
 
 
 def _memory_size(text: str) -> int:
@@ -321,6 +323,7 @@ def _model_flags(args: argparse.Namespace) -> ModelConfig:
         flash_attn=args.flash_attn,
         mmap=args.mmap,
         mlock=args.mlock,
+        mmproj=args.mmproj,
     )
 
 
@@ -372,6 +375,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         webui=not args.no_webui,
         strict_model_names=args.strict_model_names,
         cors_origins=parse_origins(args.cors_origins) if args.cors_origins else (),
+        media=media_policy(args),
         **server,  # type: ignore[arg-type]
     )
 

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from mlxcel.media.policy import MediaPolicy
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 DEFAULT_CTX_SIZE = 4096
@@ -41,7 +43,7 @@ KINDS: tuple[Kind, ...] = (
     "image",
 )
 # The kinds this build can serve; the capability issues add to it.
-SERVABLE_KINDS: frozenset[Kind] = frozenset({"text"})
+SERVABLE_KINDS: frozenset[Kind] = frozenset({"text", "vision"})
 # What each kind is called where a user reads it.
 KIND_NAMES: dict[Kind, str] = {
     "text": "text generation",
@@ -120,12 +122,19 @@ class ModelConfig:
     flash_attn: str = "auto"
     mmap: bool = True
     mlock: bool = False
+    mmproj: Path | None = None
+    """A vision projector GGUF for a GGUF model (--mmproj): the model then reads images."""
     on_demand: bool = False
     """Load on the first request, not at startup."""
     idle_timeout: float = 0.0
     """Unload after this many seconds with no request running or queued; 0 = never."""
     pinned: bool = False
     """Never unloaded for idleness or to make room."""
+
+    @property
+    def input_modalities(self) -> tuple[str, ...]:
+        """What its prompts may hold, as /v1/models lists it."""
+        return ("text", "image") if self.mmproj is not None or self.kind == "vision" else ("text",)
 
     def sampling_flags(self) -> dict[str, float | None]:
         """The sampling defaults set by flag or config (None: not set)."""
@@ -193,3 +202,5 @@ class ServerConfig:
     """The YAML file the models came from, if any."""
     max_memory: int | None = None
     """Bytes the loaded models may hold together (None: no budget)."""
+    media: MediaPolicy = field(default_factory=MediaPolicy)
+    """Where request images may come from, and their limits."""

@@ -229,6 +229,7 @@ MODEL_KEYS: dict[str, tuple[str, Convert]] = {
         _choice(("auto", "none", *REASONING_PARSERS, "harmony"), REASONING_PARSER_NAMES),
     ),
     "chat_template_file": ("chat_template_file", _path),
+    "mmproj": ("mmproj", _path),
     "cache_ram": ("cache_ram_mib", _at_least(-1)),
     "temperature": ("temperature", _number),
     "default_temperature": ("temperature", _number),

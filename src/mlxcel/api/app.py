@@ -23,6 +23,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.registry = None
     app.state.load_error = None
     app.state.api_keys = config.api_keys
+    app.state.media = config.media
     app.state.started = int(time.time())
     app.state.metrics_registry = CollectorRegistry()
     install_error_handlers(app)

@@ -194,6 +194,11 @@ class TextGenerator(Protocol):
         """Whether the model's tokenizer wants a BOS token in front of a prompt."""
         ...
 
+    @property
+    def input_modalities(self) -> tuple[str, ...]:
+        """What a prompt may hold: ("text",), or ("text", "image") for a vision model."""
+        ...
+
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         """Token ids for `text`."""
         ...

@@ -11,6 +11,9 @@ from PIL import Image as PILImage
 
 from mlxcel.media.policy import MediaError
 
+# Where an image sits in a rendered prompt (libmtmd's default marker, which it is given).
+MEDIA_MARKER = "<__media__>"
+
 # Formats a request may send, by the MIME types that name them.
 FORMATS = {"image/png": "PNG", "image/jpeg": "JPEG", "image/webp": "WEBP", "image/gif": "GIF"}
 

@@ -42,6 +42,9 @@ def backend_label(config: ModelConfig) -> str:
 def _open_llamacpp(config: ModelConfig) -> TextGenerator:
     from mlxcel.backends.llamacpp import LlamaCppGenerator, LlamaCppOptions
 
+    if config.kind == "vision" and config.mmproj is None:
+        raise ValueError(f"{config.model}: a vision GGUF model needs its projector (mmproj)")
+
     options = LlamaCppOptions(
         ctx_size=config.ctx_size,
         threads=config.threads,
@@ -53,6 +56,7 @@ def _open_llamacpp(config: ModelConfig) -> TextGenerator:
         flash_attn=config.flash_attn,
         mmap=config.mmap,
         mlock=config.mlock,
+        mmproj=config.mmproj,
     )
     logger.info("loading %s with llama.cpp (%d threads)", config.model, config.threads)
     with progress(f"loading {config.model.name}"):
@@ -62,6 +66,11 @@ def _open_llamacpp(config: ModelConfig) -> TextGenerator:
 def _open_mlx(config: ModelConfig) -> TextGenerator:
     from mlxcel.backends.mlx import MlxGenerator, MlxOptions
 
+    if config.mmproj is not None or config.kind == "vision":
+        raise ValueError(
+            f"{config.model}: vision models are served from GGUF files with --mmproj; "
+            "MLX vision models (mlx-vlm) are not served yet"
+        )
     options = MlxOptions(config.ctx_size, config.parallel, config.batch_size)
     ignored = config.llamacpp_only_flags()
     if ignored:

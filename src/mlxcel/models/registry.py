@@ -84,7 +84,9 @@ class ModelEntry:
     @property
     def capabilities(self) -> tuple[Capability, ...]:
         """What the model can do."""
-        return CAPABILITIES[self.config.kind]
+        # A text model given a vision projector is a vision model.
+        kind = "vision" if self.config.mmproj is not None else self.config.kind
+        return CAPABILITIES[kind]
 
     def answers_to(self, name: str) -> bool:
         """Whether a request's `model` field means this model."""

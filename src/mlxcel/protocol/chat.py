@@ -8,10 +8,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from mlxcel.media.images import MEDIA_MARKER
 from mlxcel.protocol.common import ReasoningEffort, SamplingFields
 from mlxcel.protocol.policy import NoEffect, Refused, Strict
 
-_PART_TYPES = ("text", "refusal")
+_PART_TYPES = ("text", "refusal", "image_url", "input_audio")
 
 
 def _arguments(function: FunctionCall) -> Any:
@@ -21,12 +22,23 @@ def _arguments(function: FunctionCall) -> Any:
         return function.arguments
 
 
-class ContentPart(Strict):
-    """A text part (or an earlier answer's refusal part); other kinds are a 400 naming them."""
+class ImageURL(Strict):
+    url: str
+    detail: Annotated[
+        Literal["auto", "low", "high"] | None,
+        NoEffect("the model's projector sets how many tokens an image takes"),
+    ] = None
 
-    type: Literal["text", "refusal"]
+
+class ContentPart(Strict):
+    """A text, image or audio part (or an earlier answer's refusal part); other kinds are a
+    400 naming them. An image stands in the text as MEDIA_MARKER where it sits."""
+
+    type: Literal["text", "refusal", "image_url", "input_audio"]
     text: str | None = None
     refusal: str | None = None
+    image_url: ImageURL | None = None
+    input_audio: dict[str, Any] | None = None
     # Anthropic-style prompt-caching hint that LiteLLM and others pass through.
     cache_control: Annotated[
         dict[str, Any] | None,
@@ -40,8 +52,8 @@ class ContentPart(Strict):
         if isinstance(kind, str) and kind not in _PART_TYPES:
             raise PydanticCustomError(
                 "unsupported_content_part",
-                "content part of type '{kind}' is not supported: this server reads text parts "
-                "only (images, audio and files need a model that takes them)",
+                "content part of type '{kind}' is not supported: this server reads text, "
+                "image_url and input_audio parts",
                 {"kind": kind},
             )
         return value
@@ -53,7 +65,11 @@ class ContentPart(Strict):
         return self
 
     def content(self) -> str:
-        """The part's text (a refusal part's refusal)."""
+        """The part's text (a refusal part's refusal, an image's marker)."""
+        if self.type == "image_url":
+            return MEDIA_MARKER
+        if self.type == "input_audio":
+            return ""
         return (self.text if self.type == "text" else self.refusal) or ""
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mlxcel.engine.types import TokenEvent
+from mlxcel.engine.types import EngineError, MediaSpan, SeesImages, TokenEvent
+from mlxcel.media.images import Image
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.serving.answer import AnswerStream, parse_answer, renders_special_tokens
@@ -60,12 +61,28 @@ def _plan(model: LoadedModel, request: ChatCompletionRequest, tool_parser: str) 
 
 
 def chat_prompt(
-    model: LoadedModel, request: ChatCompletionRequest, tool_parser: str = "auto"
+    model: LoadedModel,
+    request: ChatCompletionRequest,
+    tool_parser: str = "auto",
+    images: Sequence[Image] = (),
 ) -> list[int]:
     """The prompt tokens for a chat request, through the model's own template."""
+    return _tokens(model, chat_text(model, request, tool_parser), images)[0]
+
+
+def _tokens(
+    model: LoadedModel, text: str, images: Sequence[Image]
+) -> tuple[list[int], tuple[MediaSpan, ...]]:
+    """A rendered prompt's tokens, and where its images sit (embedded here, on this thread)."""
     generator = model.generator
-    text = chat_text(model, request, tool_parser)
-    return generator.tokenize(text, add_special=generator.add_bos, parse_special=True)
+    if not images:
+        return generator.tokenize(text, add_special=generator.add_bos, parse_special=True), ()
+    if not isinstance(generator, SeesImages):
+        raise invalid_request("model does not support image input", "messages")
+    try:
+        return generator.tokenize_with_images(text, images)
+    except EngineError as exc:
+        raise invalid_request(str(exc), "messages") from exc
 
 
 def chat_text(model: LoadedModel, request: ChatCompletionRequest, tool_parser: str) -> str:
@@ -102,16 +119,23 @@ def prepare_chat(
     n_predict: int,
     tool_parser: str,
     reasoning_parser: str,
+    images: Sequence[Image] = (),
 ) -> ChatJob:
     """One generation per requested choice, sampling resolved; a forced tool call constrained."""
-    generator = model.generator
     plan = _plan(model, request, tool_parser)
     text = chat_text(model, request, tool_parser)
     template = model.chat_template.source if model.chat_template else ""
     reasoning = reasoning_parser_name(reasoning_parser, text, template)
-    prompt = generator.tokenize(text, add_special=generator.add_bos, parse_special=True)
+    prompt, media = _tokens(model, text, images)
     generations = prepare_choices(
-        model, new_id("chatcmpl"), [prompt], request, request.token_limit(), n_predict, "messages"
+        model,
+        new_id("chatcmpl"),
+        [prompt],
+        request,
+        request.token_limit(),
+        n_predict,
+        "messages",
+        media,
     )
     first = generations[0].params
     grammar, syntax = first.grammar, first.grammar_syntax

@@ -15,6 +15,7 @@ from typing import Any
 from mlxcel.engine.handle import RequestHandle
 from mlxcel.engine.types import (
     EngineError,
+    MediaSpan,
     SamplingParams,
     TextGenerator,
     TokenEvent,
@@ -69,6 +70,8 @@ class Generation:
     prompt_index: int = 0
     constraint_param: str | None = None
     """The request field a grammar or schema came from, named if the engine refuses it."""
+    media: tuple[MediaSpan, ...] = ()
+    """The prompt's images: their placeholder runs in `prompt` and their embedding rows."""
 
 
 @dataclass
@@ -129,6 +132,7 @@ def prepare(
     token_limit: int | None,
     n_predict: int,
     prompt_param: str = "prompt",
+    media: tuple[MediaSpan, ...] = (),
 ) -> Generation:
     """Check the prompt fits the context and resolve sampling."""
     unsupported = request.unsupported()
@@ -149,7 +153,9 @@ def prepare(
             "context_length_exceeded",
         )
     generator = model.generator
-    check_vocabulary(generator, prompt, "prompt")
+    placeholders = {span.placeholder for span in media}
+    text_tokens = [t for t in prompt if t not in placeholders] if media else prompt
+    check_vocabulary(generator, text_tokens, "prompt")
     bias = logit_bias(request, generator)
     check_vocabulary(generator, [token for token, _ in bias], "logit_bias")
     check_vocabulary(generator, request.stop_token_ids or [], "stop_token_ids")
@@ -173,8 +179,8 @@ def prepare(
         logger.info("%s: user=%s", request_id, request.safety_identifier or request.user)
     if logger.isEnabledFor(logging.DEBUG):
         # Prompts may be private: only an operator who asked for debug lines sees them.
-        logger.debug("%s: prompt %r", request_id, detokenize_ids(model.generator, prompt))
-    return Generation(model, request_id, prompt, params, constraint_param=constraint)
+        logger.debug("%s: prompt %r", request_id, detokenize_ids(generator, text_tokens))
+    return Generation(model, request_id, prompt, params, constraint_param=constraint, media=media)
 
 
 def _constraint_param(request: SamplingFields, params: SamplingParams) -> str | None:
@@ -192,11 +198,15 @@ def prepare_choices(
     token_limit: int | None,
     n_predict: int,
     prompt_param: str = "prompt",
+    media: tuple[MediaSpan, ...] = (),
 ) -> list[Generation]:
-    """`n` generations per prompt, indexed as OpenAI does; a set seed gives each its own."""
+    """`n` generations per prompt, indexed as OpenAI does; a set seed gives each its own.
+    `media` are the images of a single prompt."""
     generations = []
     for prompt_index, prompt in enumerate(prompts):
-        base = prepare(model, request_id, prompt, request, token_limit, n_predict, prompt_param)
+        base = prepare(
+            model, request_id, prompt, request, token_limit, n_predict, prompt_param, media
+        )
         for i in range(request.n):
             seed = None if base.params.seed is None else base.params.seed + i
             generations.append(
@@ -228,7 +238,9 @@ def start(generation: Generation) -> RequestHandle:
     record = current_request()
     log_id = record.request_id if record is not None else generation.request_id
     try:
-        return generation.model.scheduler.submit(log_id, generation.prompt, generation.params)
+        return generation.model.scheduler.submit(
+            log_id, generation.prompt, generation.params, generation.media
+        )
     except EngineError as exc:
         raise _engine_error(exc, generation.constraint_param) from exc
 

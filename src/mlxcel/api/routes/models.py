@@ -27,6 +27,7 @@ def _listed(entry: ModelEntry, created: int) -> dict[str, Any]:
         "owned_by": "mlxcel",
         "aliases": list(config.names[1:]),
         "capabilities": list(entry.capabilities),
+        "input_modalities": list(config.input_modalities),
         "state": entry.state,
         "meta": {
             "backend": backend_label(config),

@@ -15,7 +15,7 @@ import numpy as np
 from llama_cpp import _logger as llama_logger
 
 from mlxcel.engine.types import EngineError, MediaSpan
-from mlxcel.media.images import Image
+from mlxcel.media.images import MEDIA_MARKER, Image
 
 # Embeddings kept for images seen recently (the same picture in the next turn is not embedded
 # again); bounded by count and bytes.
@@ -37,6 +37,7 @@ class Projector:
         params.use_gpu = use_gpu
         params.n_threads = threads
         params.print_timings = False
+        params.media_marker = MEDIA_MARKER.encode()
         ctx = mtmd.mtmd_init_from_file(str(path).encode(), model, params)
         if not ctx:
             raise ValueError(f"llama.cpp could not load the projector {path}: not an mmproj GGUF?")
@@ -53,7 +54,7 @@ class Projector:
         self.non_causal = bool(mtmd.mtmd_decode_use_non_causal(ctx, None))
         """Whether an image's tokens attend to each other both ways (Gemma 3)."""
         self.n_embd = int(llama_cpp.llama_model_n_embd(model))
-        self.marker = mtmd.mtmd_default_marker().decode()
+        self.marker = MEDIA_MARKER
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cached_bytes = 0

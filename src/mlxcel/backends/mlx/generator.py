@@ -183,6 +183,10 @@ class MlxGenerator:
     def add_bos(self) -> bool:
         return self._vocab.add_bos
 
+    @property
+    def input_modalities(self) -> tuple[str, ...]:
+        return ("text",)
+
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         return self._vocab.tokenize(text, add_special=add_special, parse_special=parse_special)
 

@@ -1,0 +1,234 @@
+"""Images in chat over HTTP: a tiny random-weight GGUF with a LLaVA-style projector (libmtmd).
+
+Random weights say nothing sensible, so the tests assert the path: image tokens in usage,
+determinism, different images giving different log-probabilities, and every refusal.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from bench.models import SHAPES, build, tiny
+from bench.vision_models import VisionShape
+from bench.vision_models import build as build_projector
+
+from tests.conftest import serving
+from tests.media_util import MIME, bomb_png, data_uri, http_server, image_bytes
+from tests.server_process import ServerProcess
+
+TEXT = tiny(SHAPES["smollm2-135m"])
+PROJECTOR = VisionShape(TEXT.hidden)
+PNG = image_bytes()
+# Limits small enough to reach with small images.
+MAX_IMAGES, MAX_IMAGE_BYTES, MAX_BYTES, MAX_PIXELS = 3, 200_000, 400_000, 1_000_000
+
+
+def noise_png(side: int) -> bytes:
+    """A PNG of random pixels: it barely compresses, so its size is about 3 * side**2."""
+    from PIL import Image
+
+    out = __import__("io").BytesIO()
+    Image.frombytes("RGB", (side, side), os.urandom(side * side * 3)).save(out, format="PNG")
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("vision-model")
+    allowed = root / "allowed"
+    allowed.mkdir()
+    (allowed / "in.png").write_bytes(PNG)
+    (root / "out.png").write_bytes(PNG)
+    (allowed / "link.png").symlink_to(root / "out.png")
+    return {
+        "text": build(TEXT, root).path,
+        "mmproj": build_projector(PROJECTOR, root),
+        "allowed": allowed,
+        "root": root,
+    }
+
+
+@pytest.fixture(scope="module")
+def vision(
+    tmp_path_factory: pytest.TempPathFactory, files: dict[str, Path]
+) -> Iterator[ServerProcess]:
+    yield from serving(
+        tmp_path_factory, "vision",
+        "-m", str(files["text"]), "--mmproj", str(files["mmproj"]), "--ctx-size", "1024",
+        "--allow-remote-media", "--allow-insecure-media", "--media-allow-hosts", "127.0.0.1",
+        "--allowed-local-media", str(files["allowed"]), "--media-fetch-timeout", "1",
+        "--media-max-images", str(MAX_IMAGES), "--media-max-image-bytes", str(MAX_IMAGE_BYTES),
+        "--media-max-bytes", str(MAX_BYTES), "--media-max-pixels", str(MAX_PIXELS),
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def guarded(
+    tmp_path_factory: pytest.TempPathFactory, files: dict[str, Path]
+) -> Iterator[ServerProcess]:
+    """The same model with the media policy's defaults."""
+    yield from serving(
+        tmp_path_factory, "guarded", "-m", str(files["text"]), "--mmproj", str(files["mmproj"])
+    )  # fmt: skip
+
+
+def image_part(url: str) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def ask(client: openai.OpenAI, *urls: str, **extra: Any) -> Any:
+    content = [{"type": "text", "text": "Describe:"}, *map(image_part, urls)]
+    return client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": content}], max_tokens=3, temperature=0,
+        logprobs=True, top_logprobs=3, **extra,
+    )  # fmt: skip
+
+
+def refusal(client: openai.OpenAI, *urls: str) -> dict[str, Any]:
+    with pytest.raises(openai.BadRequestError) as caught:
+        ask(client, *urls)
+    assert caught.value.status_code == 400
+    # The SDK keeps the envelope's inner object.
+    return {"error": caught.value.body}
+
+
+def top(answer: Any) -> list[tuple[str, float]]:
+    return [
+        (t.token, round(t.logprob, 5)) for t in answer.choices[0].logprobs.content[0].top_logprobs
+    ]
+
+
+def test_image_tokens_count_in_usage(vision: ServerProcess) -> None:
+    client = vision.openai()
+    none = ask(client).usage.prompt_tokens
+    one = ask(client, data_uri(PNG)).usage.prompt_tokens
+    two = ask(client, data_uri(PNG), data_uri(image_bytes(color=80))).usage.prompt_tokens
+    # An image is (image size / patch size)^2 tokens in the prompt, give or take its marker.
+    assert one - none >= PROJECTOR.image_tokens - 2
+    assert two - one >= PROJECTOR.image_tokens - 2
+
+
+def test_same_image_same_answer_other_image_other_logprobs(vision: ServerProcess) -> None:
+    client = vision.openai()
+    first = top(ask(client, data_uri(PNG)))
+    assert top(ask(client, data_uri(PNG))) == first
+    assert top(ask(client, data_uri(image_bytes(color=200)))) != first
+
+
+@pytest.mark.parametrize("fmt", list(MIME))
+def test_every_format(vision: ServerProcess, fmt: str) -> None:
+    answer = ask(vision.openai(), data_uri(image_bytes(fmt), MIME[fmt]))
+    assert answer.choices[0].finish_reason in ("stop", "length")
+
+
+def test_streaming_with_an_image_counts_the_same(vision: ServerProcess) -> None:
+    client = vision.openai()
+    whole = ask(client, data_uri(PNG))
+    chunks = list(
+        client.chat.completions.create(
+            model="m", max_tokens=3, temperature=0, stream=True,
+            stream_options={"include_usage": True},
+            messages=[{"role": "user", "content": [{"type": "text", "text": "Describe:"},
+                                                   image_part(data_uri(PNG))]}],
+        )
+    )  # fmt: skip
+    assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+
+
+def test_an_image_with_tools(vision: ServerProcess) -> None:
+    tool = {"type": "function", "function": {"name": "look", "parameters": {"type": "object"}}}
+    answer = ask(vision.openai(), data_uri(PNG), tools=[tool])
+    assert answer.usage.prompt_tokens > PROJECTOR.image_tokens
+
+
+def test_limits(vision: ServerProcess) -> None:
+    client = vision.openai()
+    body = refusal(client, *[data_uri(PNG)] * (MAX_IMAGES + 1))
+    assert body["error"]["message"] == (
+        f"the request has {MAX_IMAGES + 1} images, more than the limit of {MAX_IMAGES} "
+        "(--media-max-images)"
+    )
+    assert body["error"]["code"] == "too_many_images"
+    body = refusal(client, data_uri(noise_png(300)))
+    assert body["error"]["code"] == "image_too_large"
+    assert body["error"]["param"] == "messages[0].content[1].image_url.url"
+    assert refusal(client, *[data_uri(noise_png(220))] * 3)["error"]["code"] == "media_too_large"
+    body = refusal(client, data_uri(bomb_png(2000)))
+    assert body["error"]["message"] == (
+        f"image is 2000x2000 = 4000000 pixels, more than the limit of {MAX_PIXELS} "
+        "(--media-max-pixels)"
+    )
+
+
+def test_remote_media_policy(vision: ServerProcess, guarded: ServerProcess) -> None:
+    routes = {
+        "/a.png": (200, {}, PNG, 0.0),
+        "/away": (302, {"Location": "http://127.0.0.2:9/a.png"}, b"", 0.0),
+        "/slow.png": (200, {}, PNG, 3.0),
+    }
+    with http_server(routes) as (base, seen):
+        assert ask(vision.openai(), f"{base}/a.png").usage.prompt_tokens > 0
+        body = refusal(vision.openai(), f"{base}/away")
+        assert body["error"]["message"] == (
+            "media URL host '127.0.0.2' resolves to 127.0.0.2, a loopback address; "
+            "list the host in --media-allow-hosts to fetch from it"
+        )
+        body = refusal(vision.openai(), f"{base}/slow.png")
+        assert body["error"]["code"] == "media_fetch_timeout"
+        body = refusal(guarded.openai(), f"{base}/a.png")
+        assert "--allow-remote-media" in body["error"]["message"]
+    assert [path for path, _ in seen] == ["/a.png", "/away", "/slow.png"]
+
+
+def test_local_media_policy(
+    vision: ServerProcess, guarded: ServerProcess, files: dict[str, Path]
+) -> None:
+    allowed = files["allowed"]
+    assert ask(vision.openai(), f"file://{allowed}/in.png").usage.prompt_tokens > 0
+    for url in (f"file://{files['root']}/out.png", f"file://{allowed}/link.png"):
+        body = refusal(vision.openai(), url)
+        assert body["error"]["message"] == (
+            "local media path is outside the directory --allowed-local-media allows"
+        )
+    body = refusal(guarded.openai(), f"file://{allowed}/in.png")
+    assert "--allowed-local-media DIR" in body["error"]["message"]
+
+
+def test_a_text_model_refuses_images(client: openai.OpenAI) -> None:
+    body = refusal(client, data_uri(PNG))
+    assert body["error"] == {
+        "message": "model does not support image input",
+        "type": "invalid_request_error",
+        "param": "messages[0].content[1]",
+        "code": "unsupported_modality",
+    }
+
+
+def test_audio_is_refused_where_the_model_hears_none(vision: ServerProcess) -> None:
+    with vision.http() as http:
+        part = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+        response = http.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": [part]}], "max_tokens": 1},
+        )
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "model does not support audio input"
+
+
+def test_modalities_are_listed(vision: ServerProcess, server: ServerProcess) -> None:
+    with vision.http() as http:
+        (listed,) = http.get("/v1/models").json()["data"]
+        props = http.get("/props").json()
+    assert listed["input_modalities"] == ["text", "image"]
+    assert "vision" in listed["capabilities"]
+    assert props["modalities"] == {"vision": True, "audio": False}
+    with server.http() as http:
+        assert http.get("/v1/models").json()["data"][0]["input_modalities"] == ["text"]
+        assert http.get("/props").json()["modalities"]["vision"] is False
