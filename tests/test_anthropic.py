@@ -420,7 +420,7 @@ IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png"
             {"messages": [{"role": "user", "content": [IMAGE]}]},
             400,
             "invalid_request_error",
-            "images",
+            "image",
         ),
         (
             {
@@ -435,7 +435,7 @@ IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png"
             },
             400,
             "invalid_request_error",
-            "images",
+            "image",
         ),
         ({"messages": HELLO, "top_logits": 3}, 400, "invalid_request_error", "top_logits"),
         ({"messages": []}, 400, "invalid_request_error", "messages"),
@@ -490,7 +490,7 @@ def test_bad_json_and_the_sdk_error_classes(
     with pytest.raises(anthropic.BadRequestError) as bad:
         _create(claude, messages=[{"role": "user", "content": [IMAGE]}])
     assert bad.value.status_code == 400
-    assert "does not take images" in bad.value.message
+    assert "model does not support image input" in bad.value.message
 
 
 @pytest.fixture(scope="module")

@@ -372,7 +372,7 @@ def test_unsupported_fields_are_named(
     ("item", "param"),
     [
         ({"type": "input_image", "image_url": "http://x"}, "input.0"),
-        ({"role": "user", "content": [{"type": "input_image"}]}, "input.0.message.content.0.type"),
+        ({"role": "user", "content": [{"type": "input_image"}]}, "input.0.message.content.0"),
         (
             {"type": "function_call", "name": "f", "arguments": "{}"},
             "input.0.function_call.call_id",

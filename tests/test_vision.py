@@ -158,7 +158,7 @@ def test_limits(vision: ServerProcess) -> None:
     assert body["error"]["code"] == "too_many_images"
     body = refusal(client, data_uri(noise_png(300)))
     assert body["error"]["code"] == "image_too_large"
-    assert body["error"]["param"] == "messages[0].content[1].image_url.url"
+    assert body["error"]["param"] == "messages.0.content.1.image_url.url"
     assert refusal(client, *[data_uri(noise_png(220))] * 3)["error"]["code"] == "media_too_large"
     body = refusal(client, data_uri(bomb_png(2000)))
     assert body["error"]["message"] == (
@@ -206,7 +206,7 @@ def test_a_text_model_refuses_images(client: openai.OpenAI) -> None:
     assert body["error"] == {
         "message": "model does not support image input",
         "type": "invalid_request_error",
-        "param": "messages[0].content[1]",
+        "param": "messages.0.content.1",
         "code": "unsupported_modality",
     }
 
@@ -232,3 +232,65 @@ def test_modalities_are_listed(vision: ServerProcess, server: ServerProcess) -> 
     with server.http() as http:
         assert http.get("/v1/models").json()["data"][0]["input_modalities"] == ["text"]
         assert http.get("/props").json()["modalities"]["vision"] is False
+
+
+def test_responses_input_image(vision: ServerProcess) -> None:
+    client = vision.openai()
+
+    def create(*parts: dict[str, Any]) -> Any:
+        content = [{"type": "input_text", "text": "Describe:"}, *parts]
+        return client.responses.create(
+            model="m",
+            input=[{"role": "user", "content": content}],
+            max_output_tokens=2,  # type: ignore[list-item]
+        )
+
+    plain = create().usage.input_tokens
+    image = {"type": "input_image", "image_url": data_uri(PNG), "detail": "auto"}
+    assert create(image).usage.input_tokens >= plain + PROJECTOR.image_tokens - 2
+
+
+def test_anthropic_image_blocks(vision: ServerProcess, server: ServerProcess) -> None:
+    claude = vision.anthropic()
+    block = {
+        "type": "image",
+        "source": {
+            "type": "base64",
+            "media_type": "image/png",
+            "data": data_uri(PNG).split(",", 1)[1],
+        },
+    }
+    text = {"type": "text", "text": "Describe:"}
+
+    def create(*blocks: dict[str, Any]) -> Any:
+        return claude.messages.create(
+            model="m",
+            max_tokens=2,
+            messages=[{"role": "user", "content": [text, *blocks]}],  # type: ignore[list-item]
+        )
+
+    def prompt_tokens(message: Any) -> int:
+        # Anthropic's input_tokens leave out what the prefix cache read.
+        return int(message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0))
+
+    plain, one = prompt_tokens(create()), prompt_tokens(create(block))
+    assert one >= plain + PROJECTOR.image_tokens - 2
+    counted = claude.messages.count_tokens(
+        model="m",
+        messages=[{"role": "user", "content": [text, block]}],  # type: ignore[list-item]
+    )
+    assert counted.input_tokens == one
+    with server.http() as http:
+        response = http.post(
+            "/v1/messages",
+            json={
+                "model": "m",
+                "max_tokens": 2,
+                "messages": [{"role": "user", "content": [block]}],
+            },
+        )
+    assert response.status_code == 400
+    assert response.json() == {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "model does not support image input"},
+    }

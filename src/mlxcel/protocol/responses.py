@@ -4,17 +4,44 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    model_validator,
+)
 
+from mlxcel.media.images import MEDIA_MARKER
 from mlxcel.protocol.common import ReasoningEffort, SamplingFields, Strict
+from mlxcel.protocol.policy import NoEffect
 
 
 class ContentPart(Strict):
-    type: Literal["input_text", "output_text"]
-    text: str
+    type: Literal["input_text", "output_text", "input_image"]
+    text: str | None = None
+    image_url: str | None = None
+    """An input_image's data: URI or URL (file_id images need the Files API, which is not here)."""
+    detail: Annotated[
+        Literal["auto", "low", "high"] | None,
+        NoEffect("the model's projector sets how many tokens an image takes"),
+    ] = None
     # Carried by a response's own output parts, so its items can be sent back as input.
     annotations: list[Any] | None = None
     logprobs: list[Any] | None = None
+
+    @model_validator(mode="after")
+    def _has_its_data(self) -> ContentPart:
+        if self.type == "input_image" and self.image_url is None:
+            raise ValueError(
+                "an input_image part needs its image_url (file_id needs the Files API, "
+                "which this server does not have)"
+            )
+        if self.type != "input_image" and self.text is None:
+            raise ValueError(f"a '{self.type}' part needs its 'text' field")
+        return self
 
 
 def _as_parts(value: Any) -> Any:
@@ -26,7 +53,7 @@ Content = Annotated[list[ContentPart], BeforeValidator(_as_parts)]
 
 
 def _text(content: list[ContentPart]) -> str:
-    return "".join(part.text for part in content)
+    return "".join(MEDIA_MARKER if p.type == "input_image" else p.text or "" for p in content)
 
 
 class MessageItem(Strict):

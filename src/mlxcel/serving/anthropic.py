@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from mlxcel.media.images import Image
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.anthropic import CountTokensRequest, MessagesRequest
 from mlxcel.serving.answer import parse_answer
@@ -39,19 +41,25 @@ def prepare_message(
     n_predict: int,
     tool_parser: str,
     reasoning_parser: str,
+    images: Sequence[Image] = (),
 ) -> MessageJob:
     """Render the request through the chat path; the generation carries the message's id."""
-    job = prepare_chat(model, chat_request(request), n_predict, tool_parser, reasoning_parser)
+    chat = chat_request(request)
+    job = prepare_chat(model, chat, n_predict, tool_parser, reasoning_parser, images)
     message_id = response_id("msg")
     generations = [replace(g, request_id=message_id) for g in job.generations]
     return MessageJob(replace(job, generations=generations), message_id)
 
 
 def count_tokens(
-    model: LoadedModel, request: CountTokensRequest, tool_parser: str
+    model: LoadedModel,
+    request: CountTokensRequest,
+    tool_parser: str,
+    images: Sequence[Image] = (),
 ) -> dict[str, int]:
     """POST /v1/messages/count_tokens: the prompt length /v1/messages would run."""
-    return {"input_tokens": len(chat_prompt(model, chat_request(request), tool_parser))}
+    prompt = chat_prompt(model, chat_request(request), tool_parser, images)
+    return {"input_tokens": len(prompt)}
 
 
 def text_block(text: str) -> dict[str, Any]:

@@ -28,8 +28,10 @@ from mlxcel.protocol.anthropic import (
 from mlxcel.protocol.chat import (
     ChatCompletionRequest,
     ChatMessage,
+    ContentPart,
     FunctionCall,
     FunctionDef,
+    ImageURL,
     NamedToolChoice,
     ToolCall,
     ToolDef,
@@ -75,10 +77,26 @@ def check_supported(request: CountTokensRequest) -> None:
 
 def _no_images(param: str) -> APIError:
     return invalid_request(
-        "this model does not take images: image blocks are not supported by this server yet",
+        "image blocks are read in user messages only, not in tool results or assistant turns",
         param,
         "unsupported_content",
     )
+
+
+def _image_part(block: ImageBlock, param: str) -> ContentPart:
+    """An image block as a chat image part: a base64 source as a data: URI, a URL as is."""
+    source = block.source
+    kind = source.get("type")
+    if kind == "base64" and isinstance(source.get("data"), str):
+        url = f"data:{source.get('media_type', '')};base64,{source['data']}"
+    elif kind == "url" and isinstance(source.get("url"), str):
+        url = source["url"]
+    else:
+        raise invalid_request(
+            "an image source must be {type: base64, media_type, data} or {type: url, url}",
+            f"{param}.source",
+        )
+    return ContentPart(type="image_url", image_url=ImageURL(url=url))
 
 
 def _result_text(block: ToolResultBlock, param: str) -> str:
@@ -98,17 +116,19 @@ def _result_text(block: ToolResultBlock, param: str) -> str:
 def _user_turns(blocks: list[Block], param: str, names: dict[str, str]) -> list[ChatMessage]:
     """A user message: its text, and each tool_result as a tool message, in their order."""
     turns: list[ChatMessage] = []
-    text: list[str] = []
+    parts: list[ContentPart] = []
 
     def flush() -> None:
-        if text:
-            turns.append(ChatMessage(role="user", content=text_parts("".join(text))))
-            text.clear()
+        if parts:
+            turns.append(ChatMessage(role="user", content=list(parts)))
+            parts.clear()
 
     for index, block in enumerate(blocks):
         where = f"{param}.{index}"
         if isinstance(block, TextBlock):
-            text.append(block.text)
+            parts.append(ContentPart(type="text", text=block.text))
+        elif isinstance(block, ImageBlock):
+            parts.append(_image_part(block, where))
         elif isinstance(block, ToolResultBlock):
             flush()
             turns.append(

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mlxcel.engine.types import EngineError, MediaSpan, SeesImages, TokenEvent
+from mlxcel.engine.types import TokenEvent
 from mlxcel.media.images import Image
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.chat import ChatCompletionRequest
@@ -31,6 +31,7 @@ from mlxcel.serving.text import (
 )
 from mlxcel.serving.timings import answer_timings, progress_chunk, with_timings
 from mlxcel.serving.tools import DEFAULT_PARSER, ToolPlan, plan_tools, template_messages
+from mlxcel.serving.vision import prompt_tokens
 
 
 @dataclass
@@ -67,22 +68,7 @@ def chat_prompt(
     images: Sequence[Image] = (),
 ) -> list[int]:
     """The prompt tokens for a chat request, through the model's own template."""
-    return _tokens(model, chat_text(model, request, tool_parser), images)[0]
-
-
-def _tokens(
-    model: LoadedModel, text: str, images: Sequence[Image]
-) -> tuple[list[int], tuple[MediaSpan, ...]]:
-    """A rendered prompt's tokens, and where its images sit (embedded here, on this thread)."""
-    generator = model.generator
-    if not images:
-        return generator.tokenize(text, add_special=generator.add_bos, parse_special=True), ()
-    if not isinstance(generator, SeesImages):
-        raise invalid_request("model does not support image input", "messages")
-    try:
-        return generator.tokenize_with_images(text, images)
-    except EngineError as exc:
-        raise invalid_request(str(exc), "messages") from exc
+    return prompt_tokens(model, chat_text(model, request, tool_parser), images)[0]
 
 
 def chat_text(model: LoadedModel, request: ChatCompletionRequest, tool_parser: str) -> str:
@@ -126,7 +112,7 @@ def prepare_chat(
     text = chat_text(model, request, tool_parser)
     template = model.chat_template.source if model.chat_template else ""
     reasoning = reasoning_parser_name(reasoning_parser, text, template)
-    prompt, media = _tokens(model, text, images)
+    prompt, media = prompt_tokens(model, text, images)
     generations = prepare_choices(
         model,
         new_id("chatcmpl"),

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from mlxcel.media.images import Image
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.responses import ResponsesRequest
 from mlxcel.serving.answer import renders_special_tokens
@@ -25,6 +27,7 @@ from mlxcel.serving.responses_output import Emit, OutputItems
 from mlxcel.serving.responses_tools import assistant_turn
 from mlxcel.serving.text import Generation, collect, prepare
 from mlxcel.serving.tools import ToolPlan, plan_tools
+from mlxcel.serving.vision import prompt_tokens
 
 
 def response_id(prefix: str) -> str:
@@ -60,6 +63,7 @@ def prepare_response(
     n_predict: int,
     tool_parser: str = "auto",
     reasoning_parser: str = "auto",
+    images: Sequence[Image] = (),
 ) -> ResponseRun:
     """Check the fields, render instructions, history and input, and resolve sampling."""
     check_supported(request)
@@ -74,10 +78,16 @@ def prepare_response(
     effort = request.reasoning.effort if request.reasoning else None
     text = prompt_text(template, [*system, *messages], plan, effort)
     reasoning = reasoning_parser_name(reasoning_parser, text, source or "")
-    generator = model.generator
-    prompt = generator.tokenize(text, add_special=generator.add_bos, parse_special=True)
+    prompt, media = prompt_tokens(model, text, images)
     generation = prepare(
-        model, response_id("resp"), prompt, request, request.max_output_tokens, n_predict, "input"
+        model,
+        response_id("resp"),
+        prompt,
+        request,
+        request.max_output_tokens,
+        n_predict,
+        "input",
+        media,
     )
     params = generation.params
     if plan is not None and plan.grammar is not None:

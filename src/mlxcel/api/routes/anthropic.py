@@ -24,8 +24,10 @@ from mlxcel.api.sse import typed_event_stream
 from mlxcel.api.state import model_for
 from mlxcel.protocol.anthropic import CountTokensRequest, MessagesRequest
 from mlxcel.serving.anthropic import count_tokens, create_message, prepare_message
+from mlxcel.serving.anthropic_input import chat_request
 from mlxcel.serving.anthropic_stream import message_events
 from mlxcel.serving.errors import APIError
+from mlxcel.serving.vision import chat_media, request_images
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +84,8 @@ router = APIRouter(route_class=AnthropicRoute, dependencies=[Depends(require_api
 async def messages(body: MessagesRequest, request: Request) -> dict[str, Any] | StreamingResponse:
     """A message, streamed as Anthropic's events or whole."""
     model = await model_for(request, body.model)
+    media = chat_media(chat_request(body))
+    images = await request_images(media, model, request.app.state.media)
     job = await asyncio.to_thread(
         prepare_message,
         model,
@@ -89,6 +93,7 @@ async def messages(body: MessagesRequest, request: Request) -> dict[str, Any] | 
         model.n_predict,
         model.tool_call_parser,
         model.reasoning_parser,
+        images,
     )
     if body.stream:
         return await typed_event_stream(message_events(job), job.message_id, stream_error)
@@ -99,4 +104,5 @@ async def messages(body: MessagesRequest, request: Request) -> dict[str, Any] | 
 async def count(body: CountTokensRequest, request: Request) -> dict[str, int]:
     """How many input tokens a message request would take."""
     model = await model_for(request, body.model)
-    return await asyncio.to_thread(count_tokens, model, body, model.tool_call_parser)
+    images = await request_images(chat_media(chat_request(body)), model, request.app.state.media)
+    return await asyncio.to_thread(count_tokens, model, body, model.tool_call_parser, images)

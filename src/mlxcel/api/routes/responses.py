@@ -17,6 +17,7 @@ from mlxcel.serving.errors import APIError
 from mlxcel.serving.response_store import ResponseStore, StoredResponse
 from mlxcel.serving.responses import create_response, prepare_response
 from mlxcel.serving.responses_stream import response_events
+from mlxcel.serving.vision import request_images, responses_media
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
@@ -57,6 +58,7 @@ async def create(body: ResponsesRequest, request: Request) -> dict[str, Any] | S
     history: list[dict[str, Any]] = []
     if body.previous_response_id:
         history = _stored(request, body.previous_response_id, "previous_response_id").messages
+    images = await request_images(responses_media(body), model, request.app.state.media)
     run = await asyncio.to_thread(
         prepare_response,
         model,
@@ -65,6 +67,7 @@ async def create(body: ResponsesRequest, request: Request) -> dict[str, Any] | S
         model.n_predict,
         model.tool_call_parser,
         model.reasoning_parser,
+        images,
     )
     if body.stream:
         events = response_events(run, _store(request))

@@ -17,7 +17,7 @@ from mlxcel.protocol.completions import CompletionRequest
 from mlxcel.serving.chat import chat_chunks, chat_completion, prepare_chat
 from mlxcel.serving.completions import completion, completion_chunks, prepare_completion
 from mlxcel.serving.errors import APIError
-from mlxcel.serving.vision import request_images
+from mlxcel.serving.vision import chat_media, request_images
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
@@ -49,7 +49,7 @@ async def chat_completions(
 ) -> dict[str, Any] | StreamingResponse:
     """OpenAI chat completions, streamed or whole."""
     model = await model_for(request, body.model)
-    images = await request_images(body, model, request.app.state.media)
+    images = await request_images(chat_media(body), model, request.app.state.media)
     job = await asyncio.to_thread(
         prepare_chat,
         model,
