@@ -329,7 +329,7 @@ def test_bad_configs_are_one_line_errors_with_exit_code_2(tmp_path: Path) -> Non
             f"models:\n  - model_path: {gguf}\n  - model_path: some/embedder\n"
             "    model_type: embeddings\n",
             "{file}:4: models[1]: no installed mlxcel package serves embeddings models yet "
-            "(this mlxcel serves text generation)",
+            "(this mlxcel serves text generation, vision (multimodal))",
         ),
         "type.yaml": (
             f"models:\n  - model_path: {gguf}\n    context_length: lots\n",
@@ -376,11 +376,11 @@ def test_side_model_flags_name_what_cannot_be_served(tmp_path: Path) -> None:
     ):
         assert _refused(tmp_path, flag, "default") == (
             f"mlxcel serve: error: {flag} default: no installed mlxcel package serves {what} "
-            "models yet (this mlxcel serves text generation)"
+            "models yet (this mlxcel serves text generation, vision (multimodal))"
         )
     assert _refused(tmp_path, "--model-type", "whisper", command="launch") == (
         "mlxcel launch: error: --model-type whisper: no installed mlxcel package serves "
-        "transcription models yet (this mlxcel serves text generation)"
+        "transcription models yet (this mlxcel serves text generation, vision (multimodal))"
     )
 
 

@@ -205,7 +205,7 @@ def test_content_parts_a_text_model_cannot_read_are_named(
     content = [{"type": "text", "text": "What is this?"}, part]
     error = refused(chat(http, messages=[{"role": "user", "content": content}]))
     assert error["param"] == "messages.0.content.1"
-    assert error["message"].startswith(message)
+    assert message in error["message"]
     assert "str" not in error["param"]
 
 
