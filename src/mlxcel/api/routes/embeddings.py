@@ -1,0 +1,55 @@
+"""The embedding and rerank routes: OpenAI's /v1/embeddings, llama-server's /embedding,
+and /v1/rerank with its aliases (Jina/Cohere's shape, or TEI's with `texts`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+
+from mlxcel.api.auth import require_api_key
+from mlxcel.api.encoders import embedding_model, encoders, rerank_model
+from mlxcel.protocol.embeddings import EmbeddingRequest, NativeEmbeddingRequest, RerankRequest
+from mlxcel.serving.embeddings import embeddings, native_embeddings
+from mlxcel.serving.rerank import rerank
+
+router = APIRouter(dependencies=[Depends(require_api_key)])
+RERANK_PATHS = ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")
+
+
+@router.post("/v1/embeddings")
+async def openai_embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]:
+    """OpenAI's embeddings list."""
+    served = embedding_model(request, body.model)
+    return await embeddings(served.model, served.name, body, encoders(request).limits)
+
+
+@router.post("/embedding")
+async def native_embedding(body: NativeEmbeddingRequest, request: Request) -> Any:
+    """llama-server's shape: [{index, embedding: [[...]]}]."""
+    served = embedding_model(request, body.model)
+    return await native_embeddings(served.model, body, encoders(request).limits)
+
+
+@router.post("/embeddings")
+async def bare_embeddings(request: Request, body: Annotated[dict[str, Any], Body()]) -> Any:
+    """OpenAI's shape, or llama-server's when the body has `content` (as llama-server's own
+    /embeddings answers)."""
+    try:
+        if "content" in body:
+            return await native_embedding(NativeEmbeddingRequest.model_validate(body), request)
+        return await openai_embeddings(EmbeddingRequest.model_validate(body), request)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors()) from exc
+
+
+async def rerank_route(body: RerankRequest, request: Request) -> Any:
+    """Documents scored against the query, best first."""
+    served = rerank_model(request, body.model)
+    return await rerank(served.model, served.name, body, encoders(request).limits)
+
+
+for _path in RERANK_PATHS:
+    router.add_api_route(_path, rerank_route, methods=["POST"])

@@ -1,0 +1,73 @@
+"""What an embedding or reranking engine is to the rest of the server: token ids in, plain
+numbers out, so the same calls can cross a process boundary (everything here pickles)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import numpy as np
+
+Pooling = Literal["mean", "cls", "last", "none", "rank"]
+
+
+@dataclass(frozen=True)
+class EncoderInfo:
+    """What serving needs to know about an encoder model, read once at load."""
+
+    engine: str
+    """The engine that runs it, as /v1/models names it (sentence-transformers, llama.cpp)."""
+    max_tokens: int
+    """The longest input, special tokens included."""
+    vocab_size: int
+    dimensions: int
+    """Width of one vector (embedders); 0 for a reranker."""
+    pooling: Pooling
+    end_token: int | None = None
+    """The token every tokenized input ends with (BERT's [SEP]), kept when cutting to length."""
+    prompts: dict[str, str] = field(default_factory=dict)
+    """The model's named prompts (sentence-transformers' `prompts`: query, passage...)."""
+    query_prompt: str | None = None
+    """The name of the prompt for queries, when the model has one."""
+
+    @property
+    def multi_vector(self) -> bool:
+        """One vector per token (late interaction), not one per input."""
+        return self.pooling == "none"
+
+
+class Embedder(Protocol):
+    """An embedding model on one engine."""
+
+    info: EncoderInfo
+
+    def tokenize(self, texts: list[str]) -> list[list[int]]:
+        """Each text's token ids with the model's special tokens, not cut to any length."""
+        ...
+
+    def embed(self, batch: list[list[int]]) -> list[np.ndarray]:
+        """Each input's vector (a matrix, one row per token, with pooling `none`), before any
+        normalization; the inputs run together in as few forward passes as fit."""
+        ...
+
+    def close(self) -> None:
+        """Free the weights."""
+        ...
+
+
+class Reranker(Protocol):
+    """A cross-encoder on one engine: a score for how well a document answers a query."""
+
+    info: EncoderInfo
+
+    def tokenize_pairs(self, query: str, documents: list[str]) -> list[list[int]]:
+        """The token ids of each (query, document) pair, as the model reads a pair."""
+        ...
+
+    def score(self, batch: list[list[int]]) -> list[float]:
+        """Each tokenized pair's raw relevance logit (higher is more relevant)."""
+        ...
+
+    def close(self) -> None:
+        """Free the weights."""
+        ...

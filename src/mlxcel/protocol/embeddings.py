@@ -1,0 +1,61 @@
+"""Request bodies of the embedding and rerank routes: OpenAI's, llama-server's, Jina/Cohere's
+and Text Embeddings Inference's."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from mlxcel.api.schemas.policy import NoEffect, Strict
+
+# A text, token ids, or a batch of either.
+EmbeddingInput = str | list[str] | list[int] | list[list[int]]
+
+
+class EmbeddingRequest(Strict):
+    """POST /v1/embeddings (OpenAI), with llama-server's and our extensions."""
+
+    input: EmbeddingInput
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(default=None, ge=1)
+    user: Annotated[str | None, NoEffect("nothing here keeps per-user state")] = None
+    # llama-server's: -1 none, 0 max-abs, 1 taxicab, 2 euclidean, >2 p-norm.
+    embd_normalize: int = Field(default=2, ge=-1)
+    instruction: str | None = None
+    truncate: bool = False
+
+
+class NativeEmbeddingRequest(Strict):
+    """llama-server's POST /embedding: `content`, answered in its own shape."""
+
+    content: EmbeddingInput
+    model: str | None = None
+    embd_normalize: int = Field(default=2, ge=-1)
+    pooling: Literal["none", "model"] = "model"
+    """`none`: one vector per token; `model`: the model's own pooling."""
+    truncate: bool = False
+
+
+class RerankDocument(Strict):
+    text: str
+
+
+class RerankRequest(Strict):
+    """POST /v1/rerank: Jina's and Cohere's shape (`documents`), or TEI's (`texts`)."""
+
+    query: str
+    model: str | None = None
+    documents: list[str | RerankDocument] | None = None
+    top_n: int | None = Field(default=None, ge=1)
+    return_documents: bool = True
+    # Cohere's v2 field: each document cut to this many tokens.
+    max_tokens_per_doc: int | None = Field(default=None, ge=1)
+    # TEI's fields, with `texts`.
+    texts: list[str] | None = None
+    raw_scores: bool = False
+    return_text: bool = False
+    truncate: bool = False
+    truncation_direction: Literal["right", "Right"] = "right"
+    user: Annotated[str | None, NoEffect("nothing here keeps per-user state")] = None

@@ -1,0 +1,184 @@
+"""POST /v1/embeddings and llama-server's /embedding: inputs to token ids (checked against the
+model's length and the request limits), vectors from the shared batch, then normalization,
+`dimensions` and the encoding the request asks for."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from typing import Any, cast
+
+import numpy as np
+
+from mlxcel.protocol.embeddings import EmbeddingInput, EmbeddingRequest, NativeEmbeddingRequest
+from mlxcel.serving.encoders import EmbeddingModel, EncoderLimits
+from mlxcel.serving.errors import APIError, invalid_request
+
+
+def input_batch(value: EmbeddingInput) -> list[str | list[int]]:
+    """The inputs an `input` field holds: a text, token ids, or a list of either."""
+    if isinstance(value, str):
+        return [value]
+    if value and all(isinstance(v, int) for v in value):
+        return [cast(list[int], value)]
+    return list(cast(Sequence[str | list[int]], value))
+
+
+def too_many(what: str, count: int, limit: int, flag: str, param: str) -> APIError:
+    """A 413: the request asks for more than a limit allows."""
+    return APIError(
+        413,
+        f"{count} {what} in one request, more than the limit of {limit} ({flag})",
+        param=param,
+        code="request_too_large",
+    )
+
+
+def cut(ids: list[int], limit: int, end: int | None) -> list[int]:
+    """The first `limit` tokens, ending with the model's end token as an uncut input does."""
+    if len(ids) <= limit:
+        return ids
+    if end is not None and ids[-1] == end and limit > 1:
+        return [*ids[: limit - 1], end]
+    return ids[:limit]
+
+
+async def token_inputs(
+    model: EmbeddingModel,
+    inputs: list[str | list[int]],
+    *,
+    prefix: str,
+    truncate: bool,
+    limits: EncoderLimits,
+    param: str,
+) -> list[list[int]]:
+    """Every input as token ids: texts tokenized (after `prefix`), ids checked against the
+    vocabulary, each within the model's length (cut, or a 400 naming it)."""
+    if not inputs:
+        raise invalid_request(f"'{param}' is empty: give at least one input", param=param)
+    if len(inputs) > limits.max_inputs:
+        raise too_many("inputs", len(inputs), limits.max_inputs, "--embedding-max-inputs", param)
+    texts = [(i, prefix + t) for i, t in enumerate(inputs) if isinstance(t, str)]
+    tokens = await model.tokenize([t for _, t in texts])
+    tokenized = dict(zip((i for i, _ in texts), tokens, strict=True))
+    info = model.info
+    out: list[list[int]] = []
+    for index, item in enumerate(inputs):
+        ids = tokenized.get(index) if isinstance(item, str) else item
+        assert ids is not None
+        if not ids:
+            raise invalid_request(f"input {index} is empty", param=param)
+        bad = next((t for t in ids if not 0 <= t < info.vocab_size), None)
+        if bad is not None:
+            raise invalid_request(
+                f"input {index} has token id {bad}, outside the vocabulary "
+                f"(0..{info.vocab_size - 1})",
+                param=param,
+            )
+        if len(ids) > info.max_tokens:
+            if not truncate:
+                raise invalid_request(
+                    f"input {index} is {len(ids)} tokens, longer than the model's maximum of "
+                    f"{info.max_tokens}; shorten it or send truncate: true",
+                    param=param,
+                    code="input_too_long",
+                )
+            ids = cut(ids, info.max_tokens, info.end_token)
+        out.append(ids)
+    total = sum(len(ids) for ids in out)
+    if total > limits.max_tokens:
+        raise too_many("tokens", total, limits.max_tokens, "--embedding-max-tokens", param)
+    return out
+
+
+def normalize(vector: np.ndarray, norm: int) -> np.ndarray:
+    """llama-server's embd_normalize: -1 none, 0 max-abs (to int16 range), 1 taxicab,
+    2 euclidean, p > 2 the p-norm; along the last axis."""
+    if norm < 0:
+        return vector
+    if norm == 0:
+        scale = np.abs(vector).max(axis=-1, keepdims=True) / 32760.0
+    else:
+        scale = np.linalg.norm(vector, ord=norm, axis=-1, keepdims=True)
+    return cast(np.ndarray, np.divide(vector, scale, out=np.zeros_like(vector), where=scale > 0))
+
+
+def shaped(
+    vectors: list[np.ndarray], dimensions: int | None, norm: int, width: int
+) -> list[np.ndarray]:
+    """The request's `dimensions` (Matryoshka truncation) then its normalization."""
+    if dimensions is not None and dimensions > width:
+        raise invalid_request(
+            f"'dimensions' is {dimensions}, more than the model's {width}", param="dimensions"
+        )
+    cut_to = dimensions or width
+    return [normalize(v[..., :cut_to].astype(np.float32), norm) for v in vectors]
+
+
+def encoded(vector: np.ndarray, encoding: str) -> Any:
+    """A vector as floats, or base64 of its little-endian float32 bytes."""
+    if encoding == "base64":
+        return base64.b64encode(vector.astype("<f4").tobytes()).decode()
+    return vector.tolist()
+
+
+def instruction_prefix(model: EmbeddingModel, instruction: str | None) -> str:
+    """What goes before each text input: a named prompt of the model (`query`, ...), or the
+    instruction text itself."""
+    if instruction is None:
+        return ""
+    return model.info.prompts.get(instruction, instruction)
+
+
+async def embeddings(
+    model: EmbeddingModel, name: str, body: EmbeddingRequest, limits: EncoderLimits
+) -> dict[str, Any]:
+    """The OpenAI list of embeddings, with usage."""
+    inputs = await token_inputs(
+        model,
+        input_batch(body.input),
+        prefix=instruction_prefix(model, body.instruction),
+        truncate=body.truncate,
+        limits=limits,
+        param="input",
+    )
+    vectors = shaped(
+        await model.embed(inputs), body.dimensions, body.embd_normalize, model.info.dimensions
+    )
+    data = []
+    for index, vector in enumerate(vectors):
+        item: dict[str, Any] = {
+            "object": "embedding",
+            "index": index,
+            "embedding": encoded(vector, body.encoding_format),
+        }
+        if vector.ndim == 2 and body.encoding_format == "base64":
+            item["shape"] = list(vector.shape)
+        data.append(item)
+    tokens = sum(len(ids) for ids in inputs)
+    return {
+        "object": "list",
+        "data": data,
+        "model": name,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+
+
+async def native_embeddings(
+    model: EmbeddingModel, body: NativeEmbeddingRequest, limits: EncoderLimits
+) -> list[dict[str, Any]]:
+    """llama-server's shape: one {index, embedding} per input, the embedding a list of
+    vectors (one per token with pooling none, else the one pooled vector)."""
+    inputs = await token_inputs(
+        model,
+        input_batch(body.content),
+        prefix="",
+        truncate=body.truncate,
+        limits=limits,
+        param="content",
+    )
+    vectors = shaped(await model.embed(inputs), None, body.embd_normalize, model.info.dimensions)
+    return [
+        {"index": i, "embedding": (v if v.ndim == 2 else v[None, :]).tolist()}
+        for i, v in enumerate(vectors)
+    ]

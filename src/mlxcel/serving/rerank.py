@@ -1,0 +1,95 @@
+"""POST /v1/rerank and its aliases: a cross-encoder's score for each document against the
+query, sorted best first (ties by index). `documents` answers in Jina's and Cohere's shape,
+`texts` in Text Embeddings Inference's."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from mlxcel.protocol.embeddings import RerankRequest
+from mlxcel.serving.embeddings import cut, too_many
+from mlxcel.serving.encoders import EncoderLimits, RerankModel
+from mlxcel.serving.errors import invalid_request
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
+def _documents(body: RerankRequest) -> tuple[list[str], str]:
+    """The documents' texts and the field they came in."""
+    if body.documents is not None and body.texts is not None:
+        raise invalid_request("send 'documents' or 'texts', not both", param="texts")
+    if body.texts is not None:
+        return body.texts, "texts"
+    if body.documents is None:
+        raise invalid_request("'documents' is required", param="documents")
+    return [d if isinstance(d, str) else d.text for d in body.documents], "documents"
+
+
+async def scored(
+    model: RerankModel, body: RerankRequest, limits: EncoderLimits
+) -> tuple[list[tuple[int, float]], list[str], int]:
+    """(index, logit) best first, the documents, and the tokens read."""
+    documents, param = _documents(body)
+    if not body.query.strip():
+        raise invalid_request("'query' is empty", param="query")
+    if not documents:
+        raise invalid_request(f"'{param}' is empty: give at least one document", param=param)
+    if len(documents) > limits.max_documents:
+        raise too_many(
+            "documents", len(documents), limits.max_documents, "--rerank-max-documents", param
+        )
+    pairs = await model.tokenize_pairs(body.query, documents)
+    info = model.info
+    limit = info.max_tokens
+    if body.max_tokens_per_doc is not None:
+        # Cohere's per-document cut, measured on the document beside the query.
+        query_only = (await model.tokenize_pairs(body.query, [""]))[0]
+        limit = min(limit, len(query_only) + body.max_tokens_per_doc)
+    for index, ids in enumerate(pairs):
+        if len(ids) <= limit:
+            continue
+        if not (body.truncate or body.max_tokens_per_doc is not None):
+            raise invalid_request(
+                f"document {index} with the query is {len(ids)} tokens, longer than the "
+                f"model's maximum of {info.max_tokens}; shorten it or send truncate: true",
+                param=param,
+                code="input_too_long",
+            )
+        pairs[index] = cut(ids, limit, info.end_token)
+    tokens = sum(len(p) for p in pairs)
+    if tokens > limits.max_tokens:
+        raise too_many("tokens", tokens, limits.max_tokens, "--embedding-max-tokens", param)
+    scores = await model.score(pairs)
+    order = sorted(enumerate(scores), key=lambda item: (-item[1], item[0]))
+    return order, documents, tokens
+
+
+async def rerank(model: RerankModel, name: str, body: RerankRequest, limits: EncoderLimits) -> Any:
+    """Jina/Cohere's {model, object, results, usage}, or TEI's bare array with `texts`."""
+    order, documents, tokens = await scored(model, body, limits)
+    if body.top_n is not None:
+        order = order[: body.top_n]
+    if body.texts is not None:
+        return [
+            {
+                "index": i,
+                "score": score if body.raw_scores else _sigmoid(score),
+                **({"text": documents[i]} if body.return_text else {}),
+            }
+            for i, score in order
+        ]
+    results = []
+    for i, score in order:
+        result: dict[str, Any] = {"index": i, "relevance_score": _sigmoid(score)}
+        if body.return_documents:
+            result["document"] = {"text": documents[i]}
+        results.append(result)
+    return {
+        "model": name,
+        "object": "list",
+        "results": results,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
