@@ -59,7 +59,7 @@ async def token_inputs(
     if len(inputs) > limits.max_inputs:
         raise too_many("inputs", len(inputs), limits.max_inputs, "--embedding-max-inputs", param)
     texts = [(i, prefix + t) for i, t in enumerate(inputs) if isinstance(t, str)]
-    tokens = await model.tokenize([t for _, t in texts])
+    tokens = await model.tokenize([t for _, t in texts]) if texts else []
     tokenized = dict(zip((i for i, _ in texts), tokens, strict=True))
     info = model.info
     out: list[list[int]] = []
