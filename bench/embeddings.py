@@ -1,0 +1,176 @@
+"""Embedding throughput, one run, same model (all-MiniLM-L6-v2) and inputs for every side:
+
+    python bench/embeddings.py [--sentences 256] [--rounds 3] [--threads N]
+
+- in process: sentence-transformers on torch, ONNX Runtime (the model exported with
+  torch.onnx), and llama.cpp (the same weights as a BERT GGUF), at batch 32;
+- ours: `mlxcel serve --embedding-model default`, POST /v1/embeddings at batch 32, against the
+  best in-process engine (target >= 0.9x);
+- cross-request batching: 16 concurrent single-sentence clients against the same 16 requests
+  one at a time (target >= 3x).
+
+Each side runs `--rounds` times, interleaved, and keeps its best round (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bert_gguf import convert
+from bench.compare import _free_port, _start
+
+BATCH = 32
+CLIENTS = 16
+TEXT = (
+    "the quick brown fox jumps over a lazy dog while people watch from the river bank in the "
+    "morning light and a train passes slowly across the old stone bridge"
+)
+WORDS = TEXT.split()
+
+
+def sentences(count: int, seed: int = 0) -> list[str]:
+    """Sentences of 8 to 24 words."""
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, size=rng.integers(8, 25))) for _ in range(count)]
+
+
+def rate(run: Callable[[list[str]], object], texts: list[str]) -> float:
+    """Sentences per second, at batch 32."""
+    began = time.perf_counter()
+    for start in range(0, len(texts), BATCH):
+        run(texts[start : start + BATCH])
+    return len(texts) / (time.perf_counter() - began)
+
+
+def onnx_engine(model_dir: Path, out: Path, threads: int) -> Callable[[list[str]], object]:
+    """MiniLM exported to ONNX, mean-pooled by hand, on ONNX Runtime's CPU provider."""
+    import onnxruntime as ort
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModel.from_pretrained(str(model_dir)).eval()
+
+    class Hidden(torch.nn.Module):
+        def forward(self, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor) -> object:
+            return model(input_ids=ids, attention_mask=mask, token_type_ids=types)[0]
+
+    sample = tokenizer(["a b", "c"], padding=True, return_tensors="pt")
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    torch.onnx.export(
+        Hidden(),
+        tuple(sample[n] for n in names),
+        str(out),
+        input_names=names,
+        output_names=["hidden"],
+        dynamic_axes={n: {0: "batch", 1: "tokens"} for n in [*names, "hidden"]},
+        dynamo=False,
+    )
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = ort.InferenceSession(str(out), options, providers=["CPUExecutionProvider"])
+
+    def run(texts: list[str]) -> object:
+        encoded = tokenizer(texts, padding=True, return_tensors="np")
+        hidden = session.run(None, {n: encoded[n].astype(np.int64) for n in names})[0]
+        mask = encoded["attention_mask"][..., None]
+        return (hidden * mask).sum(1) / mask.sum(1)
+
+    return run
+
+
+def engines(model_dir: Path, gguf: Path, work: Path, threads: int) -> dict[str, Callable]:
+    """Each in-process engine's batch function."""
+    import llama_cpp
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(threads)
+    st = SentenceTransformer(str(model_dir), device="cpu")
+    llama = llama_cpp.Llama(
+        str(gguf), embedding=True, n_ctx=2048, n_batch=2048, n_ubatch=2048,
+        n_threads=threads, verbose=False,
+    )  # fmt: skip
+    return {
+        "sentence-transformers (torch)": lambda b: st.encode(b, batch_size=BATCH),
+        "onnxruntime": onnx_engine(model_dir, work / "minilm.onnx", threads),
+        "llama.cpp (F32 GGUF)": lambda b: llama.embed(b),
+    }
+
+
+def main() -> None:
+    """Measure every side and print the ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sentences", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from mlxcel.weights import default_embedding_model
+
+    model_dir = default_embedding_model()
+    texts = sentences(args.sentences)
+    singles = sentences(CLIENTS, seed=1)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        gguf = convert(model_dir, work / "minilm.gguf")
+        local = engines(model_dir, gguf, work, args.threads)
+        port = _free_port()
+        command = [sys.executable, "-m", "mlxcel.cli", "serve", "--port", str(port)]
+        command += ["--threads", str(args.threads), "--embedding-model", "default"]
+        server = _start(command, port, "/health")
+        url = f"http://127.0.0.1:{port}/v1/embeddings"
+        try:
+            with httpx.Client(timeout=600) as http:
+
+                def ours(batch: list[str]) -> object:
+                    return http.post(url, json={"input": batch}).raise_for_status()
+
+                best: dict[str, float] = {}
+                serial_s = concurrent_s = float("inf")
+                for _ in range(args.rounds):
+                    for name, run in [*local.items(), ("mlxcel /v1/embeddings", ours)]:
+                        run(texts[:BATCH])
+                        best[name] = max(best.get(name, 0.0), rate(run, texts))
+                    began = time.perf_counter()
+                    for s in singles:
+                        ours([s])
+                    serial_s = min(serial_s, time.perf_counter() - began)
+                    with ThreadPoolExecutor(CLIENTS) as pool:
+                        began = time.perf_counter()
+                        list(pool.map(lambda s: ours([s]), singles))
+                        concurrent_s = min(concurrent_s, time.perf_counter() - began)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    report(best, serial_s, concurrent_s, args)
+
+
+def report(best: dict[str, float], serial_s: float, concurrent_s: float, args: object) -> None:
+    """The table and the ratios."""
+    print(f"all-MiniLM-L6-v2, batch {BATCH}, {args.sentences} sentences, {args.threads} threads")  # type: ignore[attr-defined]
+    for name, value in best.items():
+        print(f"  {name:32s} {value:8.1f} sentences/s")
+    ours = best.pop("mlxcel /v1/embeddings")
+    peer = max(best, key=lambda n: best[n])
+    print(f"ours / best in-process ({peer}): {ours / best[peer]:.2f}x (target >= 0.9x)")
+    print(
+        f"{CLIENTS} concurrent single-sentence clients vs one at a time: "
+        f"{serial_s / concurrent_s:.2f}x ({serial_s:.3f} s vs {concurrent_s:.3f} s; target >= 3x)"
+    )
+
+
+if __name__ == "__main__":
+    main()
