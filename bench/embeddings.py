@@ -61,7 +61,7 @@ def onnx_engine(model_dir: Path, out: Path, threads: int) -> Callable[[list[str]
     from transformers import AutoModel, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModel.from_pretrained(str(model_dir)).eval()
+    model = AutoModel.from_pretrained(str(model_dir)).eval().requires_grad_(False)
 
     class Hidden(torch.nn.Module):
         def forward(self, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor) -> object:
