@@ -175,3 +175,17 @@ def test_llamacpp_gives_the_same_vectors(server: ServerProcess, gguf_server: Ser
         packed = np.array([v[0] for v in pool.map(lambda s: vectors(gguf_server, s), SENTENCES)])
     # Packed with other sequences, llama.cpp sums in another order: equal to float32 rounding.
     assert np.allclose(packed, gguf_vectors, atol=1e-4)
+
+
+def test_listed_beside_the_chat_model_with_its_capability(server: ServerProcess) -> None:
+    with server.http() as http:
+        listed = {m["id"]: m for m in ok(http.get("/v1/models"))["data"]}
+        unknown = http.post(
+            "/v1/embeddings", json={"input": "x", "model": "text-embedding-3-small"}
+        )
+    embedder = listed["all-MiniLM-L6-v2"]
+    assert embedder["capabilities"] == ["embedding"] and embedder["state"] == "loaded"
+    assert embedder["meta"]["backend"] == "torch"
+    assert ["text"] in [m["capabilities"] for m in listed.values()]
+    # One embedding model here: a client's hard-coded OpenAI name is served by it.
+    assert unknown.status_code == 200 and unknown.json()["model"] == "all-MiniLM-L6-v2"

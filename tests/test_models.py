@@ -15,7 +15,7 @@ import openai
 import pytest
 from prometheus_client import CollectorRegistry
 
-from mlxcel.config import ModelConfig
+from mlxcel.config import KIND_NAMES, SERVABLE_KINDS, ModelConfig
 from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.models.registry import MissingCapability, ModelNotFound, ModelRegistry
 from tests._client_util import default_gguf
@@ -26,6 +26,8 @@ pytestmark = pytest.mark.slow
 
 HELLO = [{"role": "user", "content": "Say hello."}]
 GREEDY: dict[str, Any] = {"temperature": 0, "max_tokens": 6}
+
+SERVED = ", ".join(KIND_NAMES[k] for k in sorted(SERVABLE_KINDS))
 
 
 def _write(path: Path, text: str) -> Path:
@@ -186,11 +188,13 @@ def test_capabilities_decide_which_model_a_route_gets() -> None:
     assert registry.find(None, "text").name == "chat"
     assert registry.find("default", "embedding").name == "embed"
     assert registry.find("e", "embedding").name == "embed"
-    with pytest.raises(MissingCapability, match="'embed' cannot do text; it serves embedding"):
+    serves = "'embed' cannot do text generation; it serves embeddings"
+    with pytest.raises(MissingCapability, match=serves):
         registry.find("embed", "text")
     with pytest.raises(ModelNotFound, match=r"'x' does not exist; served: chat, embed, e"):
         registry.find("x", "text")
-    with pytest.raises(ModelNotFound, match="no model here can do rerank"):
+    nothing = r"no model here does reranking; .*--reranker-model"
+    with pytest.raises(MissingCapability, match=nothing):
         registry.find(None, "rerank")
 
 
@@ -326,10 +330,10 @@ def test_bad_configs_are_one_line_errors_with_exit_code_2(tmp_path: Path) -> Non
             "{file}:3: models[0]: model not found: /nowhere/x.gguf",
         ),
         "kind.yaml": (
-            f"models:\n  - model_path: {gguf}\n  - model_path: some/embedder\n"
-            "    model_type: embeddings\n",
-            "{file}:4: models[1]: no installed mlxcel package serves embeddings models yet "
-            "(this mlxcel serves text generation, vision (multimodal))",
+            f"models:\n  - model_path: {gguf}\n  - model_path: some/painter\n"
+            "    model_type: image-generation\n",
+            "{file}:4: models[1]: no installed mlxcel package serves image generation models yet "
+            f"(this mlxcel serves {SERVED})",
         ),
         "type.yaml": (
             f"models:\n  - model_path: {gguf}\n    context_length: lots\n",
@@ -368,19 +372,24 @@ def test_bad_configs_are_one_line_errors_with_exit_code_2(tmp_path: Path) -> Non
 
 def test_side_model_flags_name_what_cannot_be_served(tmp_path: Path) -> None:
     for flag, what in (
-        ("--embedding-model", "embeddings"),
-        ("--reranker-model", "reranking"),
         ("--transcription-model", "transcription"),
         ("--speech-model", "speech"),
         ("--image-model", "image generation"),
     ):
         assert _refused(tmp_path, flag, "default") == (
             f"mlxcel serve: error: {flag} default: no installed mlxcel package serves {what} "
-            "models yet (this mlxcel serves text generation, vision (multimodal))"
+            f"models yet (this mlxcel serves {SERVED})"
         )
+    assert _refused(tmp_path, "--reranker-model", "default") == (
+        "mlxcel serve: error: --reranker-model default: no model of this kind is packaged: "
+        "give a folder or a GGUF"
+    )
+    assert _refused(tmp_path, "--embedding-model", str(tmp_path / "nowhere")) == (
+        f"mlxcel serve: error: --embedding-model {tmp_path / 'nowhere'}: no such file or folder"
+    )
     assert _refused(tmp_path, "--model-type", "whisper", command="launch") == (
         "mlxcel launch: error: --model-type whisper: no installed mlxcel package serves "
-        "transcription models yet (this mlxcel serves text generation, vision (multimodal))"
+        f"transcription models yet (this mlxcel serves {SERVED})"
     )
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import mlxcel
 from mlxcel import config as defaults
+from mlxcel.cli_encoders import encoder_arguments, encoder_config
 from mlxcel.cli_launch import launch_arguments, launch_argv
 from mlxcel.cli_llama_server import check_llama_server_arguments, llama_server_arguments
 from mlxcel.cli_media import media_arguments, media_policy
@@ -247,6 +248,7 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="text lines, or one JSON object per line for log shippers (default: %(default)s)",
     )
     llama_server_arguments(parser)
+    encoder_arguments(parser)
     media_arguments(parser)
 
 
@@ -324,6 +326,7 @@ def _model_flags(args: argparse.Namespace) -> ModelConfig:
         mmap=args.mmap,
         mlock=args.mlock,
         mmproj=args.mmproj,
+        embedding_batch_tokens=args.embedding_batch_tokens,
     )
 
 
@@ -331,7 +334,7 @@ def _flag_models(parser: argparse.ArgumentParser, args: argparse.Namespace) -> l
     """-m's model (the embedded default without one) and the side models."""
     from mlxcel.models.loader import choose_backend
 
-    side = side_models(parser, args)
+    side = side_models(parser, args, _model_flags(args))
     try:
         model = resolve_model(args.model)
         choose_backend(model, args.backend)
@@ -376,6 +379,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         strict_model_names=args.strict_model_names,
         cors_origins=parse_origins(args.cors_origins) if args.cors_origins else (),
         media=media_policy(args),
+        **encoder_config(parser, args),
         **server,  # type: ignore[arg-type]
     )
 

@@ -26,18 +26,55 @@ def fail(parser: argparse.ArgumentParser, message: str) -> NoReturn:
     parser.exit(2, f"{parser.prog}: error: {message}\n")
 
 
-def side_models(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[ModelConfig]:
-    """A ModelConfig per side-model flag; one whose kind nothing here serves stops the start."""
+def side_models(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, base: ModelConfig
+) -> list[ModelConfig]:
+    """A ModelConfig per side-model flag (threads and batch sizes from `base`); one whose kind
+    nothing here serves, or whose weights are missing, stops the start."""
     models = []
     for dest, kind in SIDE_MODELS.items():
         source = getattr(args, dest)
         if source is None:
             continue
+        flag = f"--{dest.replace('_', '-')}"
         why = unservable(kind)
         if why is not None:
-            fail(parser, f"--{dest.replace('_', '-')} {source}: {why}")
-        models.append(ModelConfig(model=Path(source), kind=kind, hub_id=hub_id(source)))
+            fail(parser, f"{flag} {source}: {why}")
+        try:
+            path, alias = side_weights(kind, source)
+        except (WeightsError, OSError) as exc:
+            fail(parser, f"{flag} {source}: {exc}")
+        models.append(
+            ModelConfig(
+                model=path,
+                kind=kind,
+                alias=alias,
+                hub_id=None if alias else hub_id(source),
+                threads=base.threads,
+                embedding_batch_tokens=base.embedding_batch_tokens,
+            )
+        )
     return models
+
+
+def side_weights(kind: Kind, source: str) -> tuple[Path, str | None]:
+    """A side model's weights, and its served name when it is a packaged default."""
+    from mlxcel.weights import DEFAULT_EMBEDDING_NAME, default_embedding_model
+
+    if source == "default":
+        if kind != "embedding":
+            raise WeightsError("no model of this kind is packaged: give a folder or a GGUF")
+        return default_embedding_model(), DEFAULT_EMBEDDING_NAME
+    if kind in ("embedding", "rerank"):
+        path = Path(source).expanduser()
+        if not path.exists():
+            raise WeightsError("no such file or folder")
+        if path.is_dir() and not (path / "config.json").is_file():
+            raise WeightsError("not a model folder (no config.json)")
+        if path.is_file() and path.suffix.lower() != ".gguf":
+            raise WeightsError("not a GGUF file or a model folder")
+        return path, None
+    return resolve_model(source), None
 
 
 def _file_model(
@@ -60,10 +97,15 @@ def _file_model(
     beside = file.path.parent / source
     if not Path(source).is_absolute() and beside.exists():
         source = str(beside)
+    kind = values.get("kind", "text")
     try:
-        model = resolve_model(source)
-        config = replace(base, model=model, hub_id=hub_id(source), **values)
-        choose_backend(config.model, config.backend)
+        if kind in ("text", "vision"):
+            config = replace(base, model=resolve_model(source), hub_id=hub_id(source), **values)
+            choose_backend(config.model, config.backend)
+        else:
+            model, name = side_weights(kind, source)
+            values.setdefault("alias", name)
+            config = replace(base, model=model, hub_id=None if name else hub_id(source), **values)
     except (WeightsError, ValueError, OSError) as exc:
         fail(parser, f"{at}: {what}: {exc}")
     template = config.chat_template_file

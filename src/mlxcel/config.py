@@ -48,7 +48,7 @@ KINDS: tuple[Kind, ...] = (
     "image",
 )
 # The kinds this build can serve; the capability issues add to it.
-SERVABLE_KINDS: frozenset[Kind] = frozenset({"text", "vision"})
+SERVABLE_KINDS: frozenset[Kind] = frozenset({"text", "vision", "embedding", "rerank"})
 # What each kind is called where a user reads it.
 KIND_NAMES: dict[Kind, str] = {
     "text": "text generation",
@@ -127,6 +127,8 @@ class ModelConfig:
     flash_attn: str = "auto"
     mmap: bool = True
     mlock: bool = False
+    embedding_batch_tokens: int = DEFAULT_EMBEDDING_BATCH_TOKENS
+    """Tokens one shared forward pass of an embedding or rerank model may hold."""
     mmproj: Path | None = None
     """A vision projector GGUF for a GGUF model (--mmproj): the model then reads images."""
     on_demand: bool = False
@@ -213,7 +215,6 @@ class ServerConfig:
     """Tokens one embedding or rerank request may hold, all inputs together."""
     rerank_max_documents: int = DEFAULT_RERANK_MAX_DOCUMENTS
     """Documents one rerank request may hold."""
-    embedding_batch_tokens: int = DEFAULT_EMBEDDING_BATCH_TOKENS
-    """Tokens one shared forward pass of an embedding or rerank model may hold."""
+
     media: MediaPolicy = field(default_factory=MediaPolicy)
     """Where request images may come from, and their limits."""

@@ -11,10 +11,20 @@ from mlxcel.api.access_log import AccessLog
 from mlxcel.api.cors import Cors
 from mlxcel.api.errors import install_error_handlers
 from mlxcel.api.limits import BodySizeLimit, JsonByDefault
-from mlxcel.api.routes import anthropic, health, models, native, observe, responses, text
+from mlxcel.api.routes import (
+    anthropic,
+    embeddings,
+    health,
+    models,
+    native,
+    observe,
+    responses,
+    text,
+)
 from mlxcel.api.routes.webui import webui_router
 from mlxcel.api.state import HoldModels
 from mlxcel.config import ServerConfig
+from mlxcel.serving.encoders import EncoderLimits
 
 
 def create_app(config: ServerConfig) -> FastAPI:
@@ -23,6 +33,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.registry = None
     app.state.load_error = None
     app.state.api_keys = config.api_keys
+    app.state.encoder_limits = EncoderLimits(
+        config.embedding_max_inputs, config.embedding_max_tokens, config.rerank_max_documents
+    )
     app.state.media = config.media
     app.state.started = int(time.time())
     app.state.metrics_registry = CollectorRegistry()
@@ -34,6 +47,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         app.include_router(openai_routes, include_in_schema=False)
     app.include_router(models.router)
     app.include_router(native.router)
+    app.include_router(embeddings.router)
     app.include_router(anthropic.router)
     app.include_router(observe.router)
     if config.webui:

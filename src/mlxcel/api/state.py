@@ -9,7 +9,7 @@ from fastapi import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mlxcel.logs import current_request
-from mlxcel.models.loaded import TEXT, Capability, LoadedModel
+from mlxcel.models.loaded import TEXT, Capability, Loaded, LoadedEncoder, LoadedModel
 from mlxcel.models.registry import (
     MissingCapability,
     ModelEntry,
@@ -70,8 +70,23 @@ def unavailable(exc: ModelUnavailable) -> APIError:
 async def model_for(
     request: Request, name: str | None, capability: Capability = TEXT
 ) -> LoadedModel:
-    """The loaded model a request names, loaded first if need be, held until the response
-    has been sent."""
+    """The loaded text model a request names, loaded first if need be, held until the
+    response has been sent."""
+    model = await _acquired(request, name, capability)
+    if not isinstance(model, LoadedModel):
+        raise invalid_model(f"the model '{model.name}' does not generate text")
+    return model
+
+
+async def encoder_for(request: Request, name: str | None, capability: Capability) -> LoadedEncoder:
+    """The loaded embedding or rerank model a request names, held as `model_for` holds one."""
+    model = await _acquired(request, name, capability)
+    if not isinstance(model, LoadedEncoder):
+        raise invalid_model(f"the model '{model.name}' cannot do {capability}")
+    return model
+
+
+async def _acquired(request: Request, name: str | None, capability: Capability) -> Loaded:
     entry = entry_for(request, name, capability)
     registry = loaded_registry(request)
     try:

@@ -10,11 +10,31 @@ from mlxcel.config import Kind, ModelConfig
 from mlxcel.engine.sampling import SamplingDefaults
 from mlxcel.engine.scheduler import Scheduler
 from mlxcel.engine.types import ChatTemplate, TextGenerator
+from mlxcel.serving.encoders import EmbeddingModel, RerankModel
 
 Capability = Literal[
     "text", "vision", "embedding", "rerank", "transcription", "speech", "image_generation"
 ]
 TEXT: Capability = "text"
+# What each capability is called in a message, and how a server gets a model that has it.
+CAPABILITY_NAMES: dict[Capability, str] = {
+    "text": "text generation",
+    "vision": "image input",
+    "embedding": "embeddings",
+    "rerank": "reranking",
+    "transcription": "transcription",
+    "speech": "speech",
+    "image_generation": "image generation",
+}
+CAPABILITY_FLAGS: dict[Capability, str] = {
+    "text": "-m",
+    "vision": "--mmproj",
+    "embedding": "--embedding-model",
+    "rerank": "--reranker-model",
+    "transcription": "--transcription-model",
+    "speech": "--speech-model",
+    "image_generation": "--image-model",
+}
 
 CAPABILITIES: dict[Kind, tuple[Capability, ...]] = {
     "text": ("text",),
@@ -75,3 +95,25 @@ class LoadedModel:
         """Stop the engine thread and free the weights."""
         self.scheduler.stop()
         self.generator.close()
+
+
+@dataclass
+class LoadedEncoder:
+    """An embedding or rerank model: its engine behind a batcher shared by every request."""
+
+    config: ModelConfig
+    backend: str
+    encoder: EmbeddingModel | RerankModel
+
+    @property
+    def name(self) -> str:
+        """The served name."""
+        return self.config.served_name
+
+    def close(self) -> None:
+        """Stop the batcher and free the weights."""
+        self.encoder.close()
+
+
+Loaded = LoadedModel | LoadedEncoder
+"""What the registry holds for a loaded model, whatever its kind."""

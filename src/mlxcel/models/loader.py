@@ -7,6 +7,7 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
+from mlxcel.backends.embeddings import EncoderOptions
 from mlxcel.chat_templates import BUILTIN_TEMPLATES, CHATML, builtin_for
 from mlxcel.config import ModelConfig
 from mlxcel.engine.metrics import EngineMetrics
@@ -14,12 +15,15 @@ from mlxcel.engine.prompt_cache import PromptCache
 from mlxcel.engine.sampling import model_defaults
 from mlxcel.engine.scheduler import Scheduler, SchedulerLimits
 from mlxcel.engine.types import ChatTemplate, TextGenerator
-from mlxcel.models.loaded import LoadedModel
+from mlxcel.models.loaded import Loaded, LoadedEncoder, LoadedModel
 from mlxcel.parsers.tools import detect_parser
 from mlxcel.progress import progress
+from mlxcel.serving.encoders import load_embedding_model, load_rerank_model
 from mlxcel.serving.reasoning import reasoning_parser_name
 
 logger = logging.getLogger(__name__)
+
+ENCODER_KINDS = frozenset({"embedding", "rerank"})
 
 
 def choose_backend(model: Path, requested: str) -> str:
@@ -36,7 +40,26 @@ def choose_backend(model: Path, requested: str) -> str:
 
 def backend_label(config: ModelConfig) -> str:
     """The engine that serves (or will serve) a model, as /v1/models and /props name it."""
+    if config.kind in ENCODER_KINDS:
+        return "llama.cpp" if config.model.is_file() else "torch"
     return "mlx" if choose_backend(config.model, config.backend) == "mlx" else "llama.cpp"
+
+
+def _load_encoder(config: ModelConfig) -> LoadedEncoder:
+    """An embedding or rerank model, its batcher started."""
+    options = EncoderOptions(config.threads, config.embedding_batch_tokens, config.ctx_size)
+    name = config.served_name
+    opened = load_embedding_model if config.kind == "embedding" else load_rerank_model
+    with progress(f"loading {config.model.name}"):
+        encoder = opened(config.model, options, name)
+    logger.info(
+        "serving %s as '%s' (%s, %d tokens at most)",
+        "embeddings" if config.kind == "embedding" else "reranking",
+        name,
+        encoder.info.engine,
+        encoder.info.max_tokens,
+    )
+    return LoadedEncoder(config, backend_label(config), encoder)
 
 
 def _open_llamacpp(config: ModelConfig) -> TextGenerator:
@@ -80,8 +103,10 @@ def _open_mlx(config: ModelConfig) -> TextGenerator:
         return MlxGenerator(config.model, options)
 
 
-def load_model(config: ModelConfig, metrics: EngineMetrics) -> LoadedModel:
-    """Load a text model on the backend its format calls for, and start its engine."""
+def load_model(config: ModelConfig, metrics: EngineMetrics) -> Loaded:
+    """Load a model on the backend its kind and format call for, and start its engine."""
+    if config.kind in ENCODER_KINDS:
+        return _load_encoder(config)
     backend = choose_backend(config.model, config.backend)
     generator = _open_mlx(config) if backend == "mlx" else _open_llamacpp(config)
     try:

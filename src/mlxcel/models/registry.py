@@ -18,7 +18,13 @@ from typing import Literal
 
 from mlxcel.config import ModelConfig
 from mlxcel.engine.metrics import EngineMetrics
-from mlxcel.models.loaded import CAPABILITIES, Capability, LoadedModel
+from mlxcel.models.loaded import (
+    CAPABILITIES,
+    CAPABILITY_FLAGS,
+    CAPABILITY_NAMES,
+    Capability,
+    Loaded,
+)
 from mlxcel.models.loader import load_model
 from mlxcel.models.memory import mib, resident_bytes, weights_bytes
 
@@ -66,7 +72,7 @@ class ModelEntry:
     state: State = "unloaded"
     reason: str | None = None
     """Why the last load failed, when `state` is `failed`."""
-    model: LoadedModel | None = None
+    model: Loaded | None = None
     leases: int = 0
     """Requests holding the model: running, queued, or waiting for it to load."""
     last_used: float = field(default_factory=time.monotonic)
@@ -138,7 +144,7 @@ class ModelRegistry:
         """Every configured model, first one first."""
         return list(self._entries)
 
-    def loaded(self) -> list[LoadedModel]:
+    def loaded(self) -> list[Loaded]:
         """Every loaded model."""
         return [e.model for e in self._entries if e.model is not None]
 
@@ -149,9 +155,13 @@ class ModelRegistry:
     def find(self, name: str | None, capability: Capability) -> ModelEntry:
         """The model a request's `model` field means for a route that needs `capability`."""
         able = [e for e in self._entries if capability in e.capabilities]
+        if not able:
+            raise MissingCapability(
+                f"no model here does {CAPABILITY_NAMES[capability]}; start the server with "
+                f"{CAPABILITY_FLAGS[capability]} (or a --config model of that kind); served: "
+                f"{self._listing()}"
+            )
         if name is None or name in DEFAULT_MODEL_NAMES:
-            if not able:
-                raise ModelNotFound(f"no model here can do {capability}; served: {self._listing()}")
             return able[0]
         entry = next((e for e in self._entries if e.answers_to(name)), None)
         if entry is None:
@@ -161,8 +171,8 @@ class ModelRegistry:
             return self.named(name)
         if capability not in entry.capabilities:
             raise MissingCapability(
-                f"the model '{name}' cannot do {capability}; it serves "
-                f"{', '.join(entry.capabilities)}"
+                f"the model '{name}' cannot do {CAPABILITY_NAMES[capability]}; it serves "
+                f"{', '.join(CAPABILITY_NAMES[c] for c in entry.capabilities)}"
             )
         return entry
 
@@ -185,7 +195,7 @@ class ModelRegistry:
     def _listing(self) -> str:
         return f"{', '.join(self.served_names()) or 'none'} (see GET /v1/models)"
 
-    async def acquire(self, entry: ModelEntry) -> LoadedModel:
+    async def acquire(self, entry: ModelEntry) -> Loaded:
         """The loaded model, loading it first if need be; hold it until `release`.
 
         Waiting for a load counts against the model's queue timeout.
@@ -210,7 +220,7 @@ class ModelRegistry:
         entry.leases -= 1
         entry.last_used = time.monotonic()
 
-    async def _loaded(self, entry: ModelEntry) -> LoadedModel:
+    async def _loaded(self, entry: ModelEntry) -> Loaded:
         while True:
             if entry.model is not None and entry.state == "loaded":
                 return entry.model

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from mlxcel.api.schemas.policy import NoEffect, Strict
+from mlxcel.protocol.policy import NoEffect, Strict
 
 # A text, token ids, or a batch of either.
 EmbeddingInput = str | list[str] | list[int] | list[list[int]]

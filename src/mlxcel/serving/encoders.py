@@ -10,7 +10,6 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -26,7 +25,6 @@ from mlxcel.config import (
     DEFAULT_EMBEDDING_MAX_INPUTS,
     DEFAULT_EMBEDDING_MAX_TOKENS,
     DEFAULT_RERANK_MAX_DOCUMENTS,
-    ServerConfig,
 )
 from mlxcel.serving.encoder_batcher import EncoderBatcher
 
@@ -102,80 +100,3 @@ def load_embedding_model(path: Path, options: EncoderOptions, name: str) -> Embe
 def load_rerank_model(path: Path, options: EncoderOptions, name: str) -> RerankModel:
     """Open a reranker and start its batcher."""
     return RerankModel(open_reranker(path, options), name, options.batch_tokens)
-
-
-M = TypeVar("M", EmbeddingModel, RerankModel)
-
-
-@dataclass
-class Served(Generic[M]):
-    """One side model and the name it is served under."""
-
-    name: str
-    model: M
-
-    def close(self) -> None:
-        """Stop its batcher and free its weights."""
-        self.model.close()
-
-
-@dataclass
-class Encoders:
-    """The side models of this server, and the limits their requests live within."""
-
-    limits: EncoderLimits
-    embedding: Served[EmbeddingModel] | None = None
-    rerank: Served[RerankModel] | None = None
-
-    def close(self) -> None:
-        """Free every side model."""
-        for served in (self.embedding, self.rerank):
-            if served is not None:
-                served.close()
-
-
-def _served_name(path: Path) -> str:
-    """A side model's id: the packaged MiniLM's own name, else its file stem or folder name."""
-    from mlxcel.weights import DEFAULT_EMBEDDING_NAME, default_embedding_model
-
-    try:
-        if path == default_embedding_model():
-            return DEFAULT_EMBEDDING_NAME
-    except OSError:
-        pass
-    return path.stem if path.suffix.lower() == ".gguf" else path.name
-
-
-def load_encoders(config: ServerConfig) -> Encoders:
-    """Open the side models the config names, each with its batcher running."""
-    limits = EncoderLimits(
-        config.embedding_max_inputs, config.embedding_max_tokens, config.rerank_max_documents
-    )
-    options = EncoderOptions(config.threads, config.embedding_batch_tokens, config.ctx_size)
-    found = Encoders(limits)
-    try:
-        if config.embedding_model is not None:
-            name = _served_name(config.embedding_model)
-            model = load_embedding_model(config.embedding_model, options, name)
-            found.embedding = Served(name, model)
-            logger.info(
-                "serving embeddings as '%s' (%s, %d dimensions, %d tokens at most)",
-                name,
-                model.info.engine,
-                model.info.dimensions,
-                model.info.max_tokens,
-            )
-        if config.reranker_model is not None:
-            name = _served_name(config.reranker_model)
-            reranker = load_rerank_model(config.reranker_model, options, name)
-            found.rerank = Served(name, reranker)
-            logger.info(
-                "serving reranking as '%s' (%s, %d tokens at most)",
-                name,
-                reranker.info.engine,
-                reranker.info.max_tokens,
-            )
-    except BaseException:
-        found.close()
-        raise
-    return found

@@ -10,27 +10,41 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from mlxcel.api.auth import require_api_key
-from mlxcel.api.encoders import embedding_model, encoders, rerank_model
+from mlxcel.api.state import encoder_for, invalid_model
+from mlxcel.models.loaded import LoadedEncoder
 from mlxcel.protocol.embeddings import EmbeddingRequest, NativeEmbeddingRequest, RerankRequest
 from mlxcel.serving.embeddings import embeddings, native_embeddings
+from mlxcel.serving.encoders import EmbeddingModel, EncoderLimits, RerankModel
 from mlxcel.serving.rerank import rerank
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 RERANK_PATHS = ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")
 
 
+def _limits(request: Request) -> EncoderLimits:
+    limits: EncoderLimits = request.app.state.encoder_limits
+    return limits
+
+
+async def _embedder(request: Request, name: str | None) -> tuple[LoadedEncoder, EmbeddingModel]:
+    loaded = await encoder_for(request, name, "embedding")
+    if not isinstance(loaded.encoder, EmbeddingModel):
+        raise invalid_model(f"the model '{loaded.name}' does not embed")
+    return loaded, loaded.encoder
+
+
 @router.post("/v1/embeddings")
 async def openai_embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]:
     """OpenAI's embeddings list."""
-    served = embedding_model(request, body.model)
-    return await embeddings(served.model, served.name, body, encoders(request).limits)
+    loaded, model = await _embedder(request, body.model)
+    return await embeddings(model, loaded.name, body, _limits(request))
 
 
 @router.post("/embedding")
 async def native_embedding(body: NativeEmbeddingRequest, request: Request) -> Any:
     """llama-server's shape: [{index, embedding: [[...]]}]."""
-    served = embedding_model(request, body.model)
-    return await native_embeddings(served.model, body, encoders(request).limits)
+    _loaded, model = await _embedder(request, body.model)
+    return await native_embeddings(model, body, _limits(request))
 
 
 @router.post("/embeddings")
@@ -47,8 +61,10 @@ async def bare_embeddings(request: Request, body: Annotated[dict[str, Any], Body
 
 async def rerank_route(body: RerankRequest, request: Request) -> Any:
     """Documents scored against the query, best first."""
-    served = rerank_model(request, body.model)
-    return await rerank(served.model, served.name, body, encoders(request).limits)
+    loaded = await encoder_for(request, body.model, "rerank")
+    if not isinstance(loaded.encoder, RerankModel):
+        raise invalid_model(f"the model '{loaded.name}' does not rerank")
+    return await rerank(loaded.encoder, loaded.name, body, _limits(request))
 
 
 for _path in RERANK_PATHS:
