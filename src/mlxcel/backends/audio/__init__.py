@@ -1,0 +1,1 @@
+"""Speech engines: audio decoding and encoding (PyAV), Whisper transcription, text to speech."""
