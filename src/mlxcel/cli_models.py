@@ -8,8 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
-from mlxcel.config import Kind, ModelConfig
+from mlxcel.config import Kind, ModelConfig, default_threads
 from mlxcel.config_file import FileConfig, ModelSection, unservable
+from mlxcel.models.audio import AUDIO_KINDS, side_model, unknown_audio_source
 from mlxcel.weights import WeightsError, hub_id, resolve_model
 
 # Side-model flags: each adds a model of its kind beside -m's.
@@ -40,6 +41,9 @@ def side_models(
         why = unservable(kind)
         if why is not None:
             fail(parser, f"{flag} {source}: {why}")
+        if kind in AUDIO_KINDS:
+            models.append(_audio_model(parser, kind, source))
+            continue
         try:
             path, alias = side_weights(kind, source)
         except (WeightsError, OSError) as exc:
@@ -77,6 +81,13 @@ def side_weights(kind: Kind, source: str) -> tuple[Path, str | None]:
     return resolve_model(source), None
 
 
+def _audio_model(parser: argparse.ArgumentParser, kind: Kind, source: str) -> ModelConfig:
+    why = unknown_audio_source(kind, source)
+    if why is not None:
+        fail(parser, f"--{kind}-model {source}: {why}")
+    return side_model(kind, source, default_threads())
+
+
 def _file_model(
     parser: argparse.ArgumentParser,
     file: FileConfig,
@@ -102,6 +113,11 @@ def _file_model(
         if kind in ("text", "vision"):
             config = replace(base, model=resolve_model(source), hub_id=hub_id(source), **values)
             choose_backend(config.model, config.backend)
+        elif kind in AUDIO_KINDS:
+            why = unknown_audio_source(kind, source)
+            if why is not None:
+                raise ValueError(why)
+            config = replace(base, model=Path(source), **values)
         else:
             model, name = side_weights(kind, source)
             values.setdefault("alias", name)

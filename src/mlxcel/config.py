@@ -48,7 +48,9 @@ KINDS: tuple[Kind, ...] = (
     "image",
 )
 # The kinds this build can serve; the capability issues add to it.
-SERVABLE_KINDS: frozenset[Kind] = frozenset({"text", "vision", "embedding", "rerank"})
+SERVABLE_KINDS: frozenset[Kind] = frozenset(
+    {"text", "vision", "embedding", "rerank", "transcription", "speech"}
+)
 # What each kind is called where a user reads it.
 KIND_NAMES: dict[Kind, str] = {
     "text": "text generation",

@@ -13,6 +13,7 @@ from mlxcel.api.errors import install_error_handlers
 from mlxcel.api.limits import BodySizeLimit, JsonByDefault
 from mlxcel.api.routes import (
     anthropic,
+    audio,
     embeddings,
     health,
     models,
@@ -41,7 +42,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.metrics_registry = CollectorRegistry()
     install_error_handlers(app)
     app.include_router(health.public)
-    for openai_routes in (models.listing, text.router, responses.router):
+    for openai_routes in (models.listing, text.router, responses.router, audio.router):
         app.include_router(openai_routes, prefix="/v1")
         # As llama-server does: a client whose base URL lacks /v1 still finds them.
         app.include_router(openai_routes, include_in_schema=False)

@@ -72,7 +72,7 @@ async def model_for(
 ) -> LoadedModel:
     """The loaded text model a request names, loaded first if need be, held until the
     response has been sent."""
-    model = await _acquired(request, name, capability)
+    model = await served_for(request, name, capability)
     if not isinstance(model, LoadedModel):
         raise invalid_model(f"the model '{model.name}' does not generate text")
     return model
@@ -80,13 +80,14 @@ async def model_for(
 
 async def encoder_for(request: Request, name: str | None, capability: Capability) -> LoadedEncoder:
     """The loaded embedding or rerank model a request names, held as `model_for` holds one."""
-    model = await _acquired(request, name, capability)
+    model = await served_for(request, name, capability)
     if not isinstance(model, LoadedEncoder):
         raise invalid_model(f"the model '{model.name}' cannot do {capability}")
     return model
 
 
-async def _acquired(request: Request, name: str | None, capability: Capability) -> Loaded:
+async def served_for(request: Request, name: str | None, capability: Capability) -> Loaded:
+    """The loaded model of any kind a request names, held until the response has been sent."""
     entry = entry_for(request, name, capability)
     registry = loaded_registry(request)
     try:

@@ -10,6 +10,7 @@ from mlxcel.config import Kind, ModelConfig
 from mlxcel.engine.sampling import SamplingDefaults
 from mlxcel.engine.scheduler import Scheduler
 from mlxcel.engine.types import ChatTemplate, TextGenerator
+from mlxcel.models.audio import SpeechModel, TranscriptionModel
 from mlxcel.serving.encoders import EmbeddingModel, RerankModel
 
 Capability = Literal[
@@ -115,5 +116,5 @@ class LoadedEncoder:
         self.encoder.close()
 
 
-Loaded = LoadedModel | LoadedEncoder
+Loaded = LoadedModel | LoadedEncoder | TranscriptionModel | SpeechModel
 """What the registry holds for a loaded model, whatever its kind."""

@@ -15,6 +15,7 @@ from mlxcel.engine.prompt_cache import PromptCache
 from mlxcel.engine.sampling import model_defaults
 from mlxcel.engine.scheduler import Scheduler, SchedulerLimits
 from mlxcel.engine.types import ChatTemplate, TextGenerator
+from mlxcel.models.audio import AUDIO_KINDS, engine_label, load_audio_model
 from mlxcel.models.loaded import Loaded, LoadedEncoder, LoadedModel
 from mlxcel.parsers.tools import detect_parser
 from mlxcel.progress import progress
@@ -40,6 +41,8 @@ def choose_backend(model: Path, requested: str) -> str:
 
 def backend_label(config: ModelConfig) -> str:
     """The engine that serves (or will serve) a model, as /v1/models and /props name it."""
+    if config.kind in AUDIO_KINDS:
+        return engine_label(config)
     if config.kind in ENCODER_KINDS:
         return "llama.cpp" if config.model.is_file() else "torch"
     return "mlx" if choose_backend(config.model, config.backend) == "mlx" else "llama.cpp"
@@ -105,6 +108,8 @@ def _open_mlx(config: ModelConfig) -> TextGenerator:
 
 def load_model(config: ModelConfig, metrics: EngineMetrics) -> Loaded:
     """Load a model on the backend its kind and format call for, and start its engine."""
+    if config.kind in AUDIO_KINDS:
+        return load_audio_model(config)
     if config.kind in ENCODER_KINDS:
         return _load_encoder(config)
     backend = choose_backend(config.model, config.backend)

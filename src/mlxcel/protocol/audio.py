@@ -15,6 +15,8 @@ from mlxcel.serving.errors import invalid_request
 TranscriptFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
 TRANSCRIPT_FORMATS: tuple[TranscriptFormat, ...] = ("json", "text", "srt", "vtt", "verbose_json")
 MAX_SPEECH_INPUT = 4096
+# OpenAI's upload limit.
+MAX_UPLOAD_BYTES = 25 * 1024 * 1024
 
 # Form fields OpenAI defines that only its diarizing or gpt-transcribe models act on.
 _UNSUPPORTED_FIELDS = ("known_speaker_names", "known_speaker_references", "keywords", "languages")

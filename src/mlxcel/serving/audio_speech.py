@@ -11,8 +11,8 @@ import numpy as np
 
 from mlxcel.backends.audio.encode import AudioEncoder
 from mlxcel.backends.audio.speech import OPENAI_VOICES, SpeechJob, Voice
+from mlxcel.models.audio import SpeechModel
 from mlxcel.protocol.audio import SpeechRequest
-from mlxcel.serving.audio_models import SpeechModel, on_threads
 from mlxcel.serving.errors import invalid_request
 
 
@@ -48,10 +48,9 @@ async def audio_chunks(
     """The encoded file, in pieces as each sentence is synthesised (and encoded, on the same
     worker thread)."""
     encoder = AudioEncoder(body.response_format, model.engine.sample_rate, streaming=True)
-    async with model.slot():
-        async for piece in on_threads(_encoded(model.engine.synthesize(job), encoder)):
-            if piece:
-                yield piece
+    async for piece in model.on_threads(_encoded(model.engine.synthesize(job), encoder)):
+        if piece:
+            yield piece
 
 
 def _encoded(sentences: Iterator[np.ndarray], encoder: AudioEncoder) -> Iterator[bytes]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from mlxcel.backends.audio.decode import AudioError, DecodedAudio, decode_audio
 from mlxcel.backends.audio.transcript import Segment, Task, TranscribeJob, TranscriptInfo
+from mlxcel.models.audio import TranscriptionModel
 from mlxcel.protocol.audio import TranscriptionForm
 from mlxcel.serving.audio_formats import (
     Transcript,
@@ -19,7 +20,6 @@ from mlxcel.serving.audio_formats import (
     vtt,
     word_logprobs,
 )
-from mlxcel.serving.audio_models import TranscriptionModel, on_threads
 from mlxcel.serving.errors import APIError, invalid_request
 
 logger = logging.getLogger(__name__)
@@ -59,21 +59,15 @@ async def decoded(data: bytes, max_seconds: float) -> DecodedAudio:
         raise invalid_request(str(exc), param="file", code=exc.code) from None
 
 
-async def _events(model: TranscriptionModel, job: TranscribeJob) -> AsyncIterator[Any]:
-    async for event in on_threads(model.engine.transcribe(job)):
-        yield event
-
-
 async def transcribe(model: TranscriptionModel, job: TranscribeJob) -> Transcript:
     """The whole transcript, in one of the model's places."""
     info: TranscriptInfo | None = None
     segments: list[Segment] = []
-    async with model.slot():
-        async for event in _events(model, job):
-            if isinstance(event, TranscriptInfo):
-                info = event
-            else:
-                segments.append(event)
+    async for event in model.on_threads(model.engine.transcribe(job)):
+        if isinstance(event, TranscriptInfo):
+            info = event
+        else:
+            segments.append(event)
     assert info is not None, "the engine yields its info first"
     return Transcript(job.task, info, tuple(segments))
 
@@ -98,18 +92,17 @@ async def transcript_events(
     """`transcript.text.delta` per segment as it is decoded, then `transcript.text.done`."""
     segments: list[Segment] = []
     info: TranscriptInfo | None = None
-    async with model.slot():
-        async for event in _events(model, job):
-            if isinstance(event, TranscriptInfo):
-                info = event
-                continue
-            # The first delta has no leading space, so the deltas join to the final text.
-            delta = event.text.lstrip() if not segments else event.text
-            segments.append(event)
-            chunk: dict[str, Any] = {"type": "transcript.text.delta", "delta": delta}
-            if form.logprobs:
-                chunk["logprobs"] = word_logprobs(list(event.words))
-            yield chunk
+    async for event in model.on_threads(model.engine.transcribe(job)):
+        if isinstance(event, TranscriptInfo):
+            info = event
+            continue
+        # The first delta has no leading space, so the deltas join to the final text.
+        delta = event.text.lstrip() if not segments else event.text
+        segments.append(event)
+        chunk: dict[str, Any] = {"type": "transcript.text.delta", "delta": delta}
+        if form.logprobs:
+            chunk["logprobs"] = word_logprobs(list(event.words))
+        yield chunk
     assert info is not None, "the engine yields its info first"
     transcript = Transcript(job.task, info, tuple(segments))
     done: dict[str, Any] = {"type": "transcript.text.done", "text": transcript.text}

@@ -18,6 +18,7 @@ logger = logging.getLogger(__name__)
 TINY_EN = "whisper-tiny.en"
 BASE = "whisper-base"
 HIBARI = "hibari"
+TRANSCRIPTION_NAMES = (TINY_EN, BASE)
 # What `--transcription-model default` and `--speech-model default` mean.
 DEFAULT_TRANSCRIPTION = TINY_EN
 DEFAULT_SPEECH = HIBARI

@@ -1,0 +1,146 @@
+"""A loaded speech model: its engine, how many requests it runs at once, and the limits it
+enforces. The engine is behind its capability class (Transcriber, Synthesizer), which takes and
+gives plain data only."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from mlxcel.backends.audio.defaults import (
+    DEFAULT_SPEECH,
+    DEFAULT_TRANSCRIPTION,
+    HIBARI,
+    TRANSCRIPTION_NAMES,
+    packaged_transcription,
+)
+from mlxcel.backends.audio.speech import Synthesizer
+from mlxcel.backends.audio.transcript import Transcriber
+from mlxcel.config import ModelConfig
+
+AUDIO_KINDS = frozenset({"transcription", "speech"})
+T = TypeVar("T")
+_END = object()
+# Longer audio is refused with its own 400 (an hour: what one request may hold a worker for).
+MAX_AUDIO_SECONDS = 3600.0
+# OpenAI's model names, so that clients written for it find the default models unchanged.
+OPENAI_NAMES = {
+    "transcription": ("whisper-1",),
+    "speech": ("tts-1", "tts-1-hd", "gpt-4o-mini-tts"),
+}
+
+
+@dataclass
+class AudioModel:
+    """What audio models share: a name and a bound on requests running side by side."""
+
+    name: str
+    parallel: int
+    _slots: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
+
+    async def on_threads(self, steps: Iterator[T]) -> AsyncIterator[T]:
+        """An engine's iterator, each step on a worker thread so that the event loop never
+        blocks, holding one of the model's `parallel` places until it ends."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.parallel)
+        async with self._slots:
+            while True:
+                item = await asyncio.to_thread(next, steps, _END)
+                if item is _END:
+                    return
+                yield item  # type: ignore[misc]
+
+
+@dataclass
+class TranscriptionModel(AudioModel):
+    """A speech-to-text model."""
+
+    engine: Transcriber = field(kw_only=True)
+    max_seconds: float = field(default=MAX_AUDIO_SECONDS, kw_only=True)
+
+    def close(self) -> None:
+        """Free the engine."""
+        self.engine.close()
+
+
+@dataclass
+class SpeechModel(AudioModel):
+    """A text-to-speech model."""
+
+    engine: Synthesizer = field(kw_only=True)
+
+    def close(self) -> None:
+        """Free the engine."""
+        self.engine.close()
+
+
+def default_parallel(threads: int) -> int:
+    """Requests a model runs side by side when not told: one per two threads, up to four."""
+    return max(1, min(4, threads // 2))
+
+
+def side_model(kind: str, source: str, threads: int) -> ModelConfig:
+    """The config of a --transcription-model or --speech-model: a packaged model is served
+    under its own name with OpenAI's names as aliases; a folder under its folder's name."""
+    packaged = {"transcription": DEFAULT_TRANSCRIPTION, "speech": DEFAULT_SPEECH}[kind]
+    alias = packaged if source == "default" else None
+    aliases = OPENAI_NAMES[kind] if source in ("default", packaged) else ()
+    return ModelConfig(
+        model=Path(source),
+        kind=kind,  # type: ignore[arg-type]
+        alias=alias,
+        aliases=aliases,
+        threads=threads,
+        parallel=default_parallel(threads),
+    )
+
+
+def unknown_audio_source(kind: str, source: str) -> str | None:
+    """Why a side model's source is neither a packaged name nor a folder, or None."""
+    names = {"transcription": TRANSCRIPTION_NAMES, "speech": (HIBARI,)}[kind]
+    if source in ("default", *names) or Path(source).is_dir():
+        return None
+    return f"not a folder, nor one of the packaged models: default, {', '.join(names)}"
+
+
+def load_audio_model(config: ModelConfig) -> TranscriptionModel | SpeechModel:
+    """A transcription or speech model's engine, opened."""
+    name = config.served_name
+    if config.kind == "transcription":
+        engine = open_transcriber(config.model, config.threads, config.parallel)
+        return TranscriptionModel(name, engine.parallel, engine=engine)
+    return SpeechModel(name, config.parallel, engine=open_synthesizer(config.model))
+
+
+def engine_label(config: ModelConfig) -> str:
+    """The engine that serves an audio model, as /v1/models names it."""
+    return "faster-whisper" if config.kind == "transcription" else "hibari"
+
+
+def open_transcriber(source: Path, threads: int, parallel: int) -> Transcriber:
+    """The engine for a transcription model: a packaged name, or a CTranslate2 Whisper folder."""
+    from mlxcel.backends.audio.faster_whisper import (
+        FasterWhisperTranscriber,
+        WhisperOptions,
+        is_ctranslate2_whisper,
+    )
+
+    path = packaged_transcription(str(source)) or source
+    if not is_ctranslate2_whisper(path):
+        raise ValueError(
+            f"{source} is not a Whisper model this server reads: a CTranslate2 Whisper folder "
+            "(model.bin, config.json), or default, whisper-tiny.en or whisper-base"
+        )
+    return FasterWhisperTranscriber(path, WhisperOptions(threads=threads, parallel=parallel))
+
+
+def open_synthesizer(source: Path) -> Synthesizer:
+    """The engine for a speech model: hibari's voices for `default` or `hibari`."""
+    from mlxcel.backends.audio.hibari_voice import HibariSynthesizer
+
+    if str(source) not in ("default", HIBARI):
+        raise ValueError(f"{source} is not a speech model this server reads: use default or hibari")
+    return HibariSynthesizer()

@@ -1,0 +1,282 @@
+"""Speech both ways over HTTP with the openai client: the default voice speaks, the default
+Whisper (tiny.en) transcribes; every format, stream, container and bad upload."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import wave
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import av
+import httpx
+import numpy as np
+import openai
+import pytest
+
+from tests.audio_util import (
+    CONTAINERS,
+    samples_of,
+    spoken,
+    timestamps,
+    word_error_rate,
+    words,
+    written_as,
+)
+from tests.conftest import serving
+from tests.server_process import ServerProcess
+
+SENTENCE = "Please send the report to the office by Friday morning."
+SENTENCES = (
+    "The quick brown fox jumps over the lazy dog.",
+    "We will meet at the station at noon tomorrow.",
+    "Bright sunlight fell across the quiet garden path.",
+    SENTENCE,
+)
+# Measured here: 0 word errors on each of SENTENCES; the bound leaves room for other CPUs.
+MAX_WER = 0.25
+
+
+@pytest.fixture(scope="module")
+def audio_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server with the packaged Whisper tiny.en and hibari voice beside the chat model."""
+    yield from serving(
+        tmp_path_factory, "audio", "--transcription-model", "default", "--speech-model", "default"
+    )
+
+
+@pytest.fixture(scope="module")
+def client(audio_server: ServerProcess) -> openai.OpenAI:
+    """The openai client on the audio server."""
+    return audio_server.openai()
+
+
+@pytest.fixture(scope="module")
+def speech(client: openai.OpenAI) -> bytes:
+    """SENTENCE as the server says it, in wav."""
+    return spoken(client, SENTENCE)
+
+
+def transcribe(client: openai.OpenAI, data: bytes, name: str = "speech.wav", **kw: object) -> str:
+    result = client.audio.transcriptions.create(
+        model="whisper-1",
+        file=(name, data),
+        **kw,  # type: ignore[call-overload]
+    )
+    return result if isinstance(result, str) else result.text
+
+
+def test_json_has_duration_usage_and_is_deterministic(client: openai.OpenAI, speech: bytes) -> None:
+    first = client.audio.transcriptions.create(model="whisper-1", file=("a.wav", speech))
+    second = client.audio.transcriptions.create(model="whisper-1", file=("a.wav", speech))
+    assert first.text == second.text
+    usage = first.model_dump()["usage"]
+    assert usage["type"] == "duration" and usage["seconds"] >= 1
+
+
+@pytest.mark.slow
+def test_text_srt_and_vtt(client: openai.OpenAI, speech: bytes) -> None:
+    text = transcribe(client, speech, response_format="text")
+    assert text.endswith("\n") and word_error_rate(SENTENCE, text) <= MAX_WER
+    srt = transcribe(client, speech, response_format="srt")
+    assert srt.startswith("1\n")
+    times = timestamps(srt, ",")
+    assert times and times == sorted(times)
+    vtt = transcribe(client, speech, response_format="vtt")
+    assert vtt.startswith("WEBVTT\n")
+    times = timestamps(vtt, ".")
+    assert times and times == sorted(times)
+
+
+def test_verbose_json_segments_cover_the_audio_and_words(
+    client: openai.OpenAI, speech: bytes
+) -> None:
+    duration = len(samples_of(speech)) / 16_000
+    verbose = client.audio.transcriptions.create(
+        model="whisper-1",
+        file=("a.wav", speech),
+        response_format="verbose_json",
+        timestamp_granularities=["word", "segment"],
+    )
+    assert verbose.language == "english" and verbose.duration == pytest.approx(duration, abs=0.05)
+    segments = verbose.segments or []
+    assert segments and segments[0].start <= 1.0 and segments[-1].end >= duration - 1.0
+    ends = [s.end for s in segments]
+    assert ends == sorted(ends) and all(s.start <= s.end for s in segments)
+    found = verbose.words or []
+    assert [w.word.lower().strip(".,") for w in found] == words(verbose.text)
+    starts = [w.start for w in found]
+    assert starts == sorted(starts)
+    only_words = client.audio.transcriptions.create(
+        model="whisper-1",
+        file=("a.wav", speech),
+        response_format="verbose_json",
+        timestamp_granularities=["word"],
+    )
+    assert only_words.segments is None and only_words.words
+
+
+@pytest.mark.slow
+def test_stream_deltas_join_to_the_final_text(client: openai.OpenAI, speech: bytes) -> None:
+    clip = spoken(client, " ".join(SENTENCES[:2]))
+    whole = transcribe(client, clip)
+    stream = client.audio.transcriptions.create(
+        model="whisper-1", file=("a.wav", clip), stream=True
+    )
+    events = list(stream)
+    kinds = [e.type for e in events]
+    assert kinds[-1] == "transcript.text.done" and set(kinds[:-1]) == {"transcript.text.delta"}
+    assert len(kinds) >= 2
+    done = events[-1]
+    assert "".join(e.delta for e in events[:-1]) == done.text == whole  # type: ignore[union-attr]
+
+
+def test_logprobs_per_word(client: openai.OpenAI, speech: bytes) -> None:
+    result = client.audio.transcriptions.create(
+        model="whisper-1", file=("a.wav", speech), include=["logprobs"]
+    )
+    logprobs = result.logprobs or []
+    assert [p.token.strip().lower().strip(".,") for p in logprobs] == words(result.text)
+    assert all(p.logprob is not None and p.logprob <= 0 for p in logprobs)
+
+
+@pytest.mark.parametrize("container", sorted(set(CONTAINERS) - {"wav"}))
+def test_every_container_decodes(client: openai.OpenAI, speech: bytes, container: str) -> None:
+    data = written_as(samples_of(speech, 24_000), 24_000, container)
+    heard = transcribe(client, data, name=f"speech.{container}")
+    assert word_error_rate(SENTENCE, heard) <= MAX_WER, heard
+
+
+@pytest.mark.slow
+def test_round_trip_concurrently_within_word_error_bound(client: openai.OpenAI) -> None:
+    clips = [spoken(client, s) for s in SENTENCES]
+    with ThreadPoolExecutor(len(clips)) as pool:
+        heard = list(pool.map(lambda clip: transcribe(client, clip), clips))
+    for sentence, text in zip(SENTENCES, heard, strict=True):
+        assert word_error_rate(sentence, text) <= MAX_WER, (sentence, text)
+
+
+def _error(http: httpx.Client, path: str, **kw: object) -> tuple[int, dict[str, object]]:
+    response = http.post(path, **kw)  # type: ignore[arg-type]
+    return response.status_code, response.json()["error"]
+
+
+def _long_mp3(seconds: int) -> bytes:
+    """Silence that lasts `seconds`: ten seconds of 8 kbps mp3, its frames repeated."""
+    buffer = io.BytesIO()
+    with av.open(buffer, mode="w", format="mp3") as out:
+        stream = out.add_stream("libmp3lame", rate=16_000, layout="mono")
+        stream.bit_rate = 8_000
+        frame = av.AudioFrame.from_ndarray(
+            np.zeros((1, 160_000), np.int16), format="s16p", layout="mono"
+        )
+        frame.sample_rate, frame.pts = 16_000, 0
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            out.mux(packet)
+    return buffer.getvalue() * (seconds // 10 + 1)
+
+
+def test_bad_uploads(audio_server: ServerProcess, speech: bytes, tmp_path: Path) -> None:
+    url = "/v1/audio/transcriptions"
+    with audio_server.http() as http:
+        status, error = _error(http, url, files={"file": ("a.wav", b"")})
+        assert (status, error["code"]) == (400, "empty_file")
+        status, error = _error(http, url, files={"file": ("a.wav", b"hello, not audio")})
+        assert status == 400 and "text starting with 'hello, not audio'" in str(error["message"])
+        png = b"\x89PNG\r\n\x1a\n" + bytes(200)
+        status, error = _error(http, url, files={"file": ("a.png", png)})
+        assert status == 400 and error["code"] == "invalid_audio"
+        big = speech + bytes(25 * 1024 * 1024)
+        status, error = _error(http, url, files={"file": ("a.wav", big)})
+        assert (status, error["code"]) == (413, "file_too_large")
+        status, error = _error(http, url, files={"file": ("a.mp3", _long_mp3(3601))})
+        assert (status, error["code"]) == (400, "audio_too_long")
+        status, error = _error(http, url, data={"model": "whisper-1"})
+        assert (status, error["param"]) == (400, "file")
+        for field, value in (("response_format", "xml"), ("temperature", "2"), ("language", "zz")):
+            status, error = _error(
+                http, url, files={"file": ("a.wav", speech)}, data={field: value}
+            )
+            assert (status, error["param"]) == (400, field)
+        status, error = _error(http, url, files={"file": ("a.wav", speech)}, data={"seed": "1"})
+        assert (status, error["code"]) == (400, "unsupported_field")
+        status, error = _error(
+            http, url, files={"file": ("a.wav", speech)}, data={"model": "hibari"}
+        )
+        assert (status, error["code"]) == (400, "model_not_supported")
+        status, error = _error(http, "/v1/audio/translations", files={"file": ("a.wav", speech)})
+        assert status == 400 and "English-only" in str(error["message"])
+
+
+def test_speech_every_format_decodes(client: openai.OpenAI) -> None:
+    lengths = []
+    for fmt in ("mp3", "opus", "aac", "flac", "wav"):
+        data = spoken(client, SENTENCE, response_format=fmt)
+        lengths.append(len(samples_of(data)) / 16_000)
+    pcm = spoken(client, SENTENCE, response_format="pcm")
+    lengths.append(len(pcm) / 2 / 24_000)
+    assert min(lengths) > 1.5 and max(lengths) - min(lengths) < 0.2, lengths
+    with wave.open(io.BytesIO(spoken(client, SENTENCE))) as wav:
+        assert (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) == (24_000, 1, 2)
+
+
+def test_speech_is_deterministic_and_speed_changes_length(client: openai.OpenAI) -> None:
+    assert spoken(client, SENTENCE, "pcm") == spoken(client, SENTENCE, "pcm")
+    slow = client.audio.speech.create(
+        model="tts-1", voice="alloy", input=SENTENCE, response_format="pcm", speed=0.5
+    ).read()
+    fast = client.audio.speech.create(
+        model="tts-1", voice="alloy", input=SENTENCE, response_format="pcm", speed=2.0
+    ).read()
+    assert len(slow) > 1.5 * len(spoken(client, SENTENCE, "pcm")) > 2.0 * len(fast)
+
+
+def test_speech_streams_sentence_by_sentence(client: openai.OpenAI) -> None:
+    text = " ".join(SENTENCES)
+    with client.audio.speech.with_streaming_response.create(
+        model="tts-1", voice={"id": "heart"}, input=text, response_format="pcm"
+    ) as response:
+        assert response.headers["content-type"] == "audio/pcm"
+        pieces = list(response.iter_bytes(chunk_size=None))
+    assert b"".join(pieces) == spoken(client, text, "pcm")
+
+
+def test_speech_sse_events(audio_server: ServerProcess, client: openai.OpenAI) -> None:
+    body = {"input": " ".join(SENTENCES), "voice": "heart", "response_format": "mp3"}
+    with audio_server.http() as http:
+        response = http.post("/v1/audio/speech", json={**body, "stream_format": "sse"})
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line[:6] == "data: "]
+    assert [e["type"] for e in events] == ["speech.audio.delta"] * (len(events) - 1) + [
+        "speech.audio.done"
+    ]
+    assert len(events) >= 3 and events[-1]["usage"]["input_tokens"] == len(body["input"])
+    audio = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+    assert (
+        abs(len(samples_of(audio)) - len(samples_of(spoken(client, body["input"], "mp3")))) < 2000
+    )
+
+
+def test_speech_errors_and_voices(audio_server: ServerProcess) -> None:
+    url = "/v1/audio/speech"
+    with audio_server.http() as http:
+        status, error = _error(http, url, json={"input": "x" * 4097, "voice": "heart"})
+        assert (status, error["param"]) == (400, "input")
+        status, error = _error(http, url, json={"input": "  ", "voice": "heart"})
+        assert (status, error["param"]) == (400, "input")
+        status, error = _error(http, url, json={"input": "Hi.", "voice": "nobody"})
+        assert (status, error["code"]) == (400, "voice_not_found")
+        assert "voices present: heart" in str(error["message"])
+        status, error = _error(http, url, json={"input": "Hi.", "voice": "heart", "speed": 5})
+        assert (status, error["param"]) == (400, "speed")
+        status, error = _error(
+            http, url, json={"input": "Hi.", "voice": "heart", "model": "whisper-1"}
+        )
+        assert (status, error["code"]) == (400, "model_not_supported")
+        voices = http.get("/v1/audio/voices").json()
+    assert voices["default"] == "heart"
+    assert [v["id"] for v in voices["data"] if v["present"]] == ["heart"]
+    assert {"emma", "fenrir"} <= {v["id"] for v in voices["data"]}
