@@ -371,15 +371,10 @@ def test_bad_configs_are_one_line_errors_with_exit_code_2(tmp_path: Path) -> Non
 
 
 def test_side_model_flags_name_what_cannot_be_served(tmp_path: Path) -> None:
-    for flag, what in (
-        ("--transcription-model", "transcription"),
-        ("--speech-model", "speech"),
-        ("--image-model", "image generation"),
-    ):
-        assert _refused(tmp_path, flag, "default") == (
-            f"mlxcel serve: error: {flag} default: no installed mlxcel package serves {what} "
-            f"models yet (this mlxcel serves {SERVED})"
-        )
+    assert _refused(tmp_path, "--image-model", "default") == (
+        "mlxcel serve: error: --image-model default: no installed mlxcel package serves image "
+        f"generation models yet (this mlxcel serves {SERVED})"
+    )
     assert _refused(tmp_path, "--reranker-model", "default") == (
         "mlxcel serve: error: --reranker-model default: no model of this kind is packaged: "
         "give a folder or a GGUF"
@@ -387,9 +382,13 @@ def test_side_model_flags_name_what_cannot_be_served(tmp_path: Path) -> None:
     assert _refused(tmp_path, "--embedding-model", str(tmp_path / "nowhere")) == (
         f"mlxcel serve: error: --embedding-model {tmp_path / 'nowhere'}: no such file or folder"
     )
-    assert _refused(tmp_path, "--model-type", "whisper", command="launch") == (
-        "mlxcel launch: error: --model-type whisper: no installed mlxcel package serves "
-        f"transcription models yet (this mlxcel serves {SERVED})"
+    assert _refused(tmp_path, "--model-type", "image-generation", command="launch") == (
+        "mlxcel launch: error: --model-type image-generation: no installed mlxcel package serves "
+        f"image generation models yet (this mlxcel serves {SERVED})"
+    )
+    assert _refused(tmp_path, "--transcription-model", "nowhere") == (
+        "mlxcel serve: error: --transcription-model nowhere: not a folder, nor one of the "
+        "packaged models: default, whisper-tiny.en, whisper-base"
     )
 
 
