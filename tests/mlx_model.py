@@ -167,3 +167,111 @@ def build_model(target: Path, architecture: str = "llama", seed: int = 0) -> Pat
         _weights(architecture, vocab, seed), str(target / "model.safetensors"), {"format": "pt"}
     )
     return target
+
+
+IMAGE_TOKEN = "<image>"
+IMAGE_SIDE = 32
+PATCH = 8
+VISION_HIDDEN = 32
+IMAGE_TOKENS = (IMAGE_SIDE // PATCH) ** 2
+"""Tokens one image takes in a prompt: a patch each (LLaVA's default drops the CLS row)."""
+
+
+def _vision_config(vocab: int, image_token: int) -> dict[str, Any]:
+    text = _model_config("llama", vocab)
+    vision = {
+        "model_type": "clip_vision_model",
+        "hidden_size": VISION_HIDDEN,
+        "intermediate_size": 2 * VISION_HIDDEN,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "image_size": IMAGE_SIDE,
+        "patch_size": PATCH,
+        "projection_dim": VISION_HIDDEN,
+        "num_channels": 3,
+        "layer_norm_eps": 1e-5,
+    }
+    return {
+        "architectures": ["LlavaForConditionalGeneration"],
+        "model_type": "llava",
+        "text_config": text,
+        "vision_config": vision,
+        "image_token_index": image_token,
+        "vision_feature_select_strategy": "default",
+        "vision_feature_layer": -2,
+        "vocab_size": vocab,
+        "torch_dtype": "float32",
+    }
+
+
+def _processor_files(target: Path) -> None:
+    """CLIP's image processor at IMAGE_SIDE pixels, and LLaVA's processor around it."""
+    _write_json(
+        target / "preprocessor_config.json",
+        {
+            "image_processor_type": "CLIPImageProcessor",
+            "do_resize": True,
+            "size": {"shortest_edge": IMAGE_SIDE},
+            "do_center_crop": True,
+            "crop_size": {"height": IMAGE_SIDE, "width": IMAGE_SIDE},
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            "do_normalize": True,
+            "image_mean": [0.5, 0.5, 0.5],
+            "image_std": [0.5, 0.5, 0.5],
+            "do_convert_rgb": True,
+        },
+    )
+    _write_json(
+        target / "processor_config.json",
+        {
+            "processor_class": "LlavaProcessor",
+            "patch_size": PATCH,
+            "vision_feature_select_strategy": "default",
+            "image_token": IMAGE_TOKEN,
+            "num_additional_image_tokens": 1,
+        },
+    )
+
+
+def build_vision_model(target: Path, seed: int = 0) -> Path:
+    """Write a tiny LLaVA (CLIP tower, projector, the tiny Llama) in mlx-vlm's format."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_vlm.models.llava import Model, ModelConfig, TextConfig, VisionConfig
+
+    target.mkdir(parents=True, exist_ok=True)
+    tokenizer = _train_tokenizer()
+    tokenizer.add_special_tokens([IMAGE_TOKEN])
+    tokenizer.save(str(target / "tokenizer.json"))
+    vocab = tokenizer.get_vocab_size()
+    image_token = tokenizer.token_to_id(IMAGE_TOKEN)
+    tokenizer_config = _tokenizer_config(tokenizer)
+    tokenizer_config["added_tokens_decoder"][str(image_token)] = {
+        "content": IMAGE_TOKEN,
+        "lstrip": False,
+        "rstrip": False,
+        "normalized": False,
+        "single_word": False,
+        "special": True,
+    }
+    _write_json(target / "tokenizer_config.json", tokenizer_config)
+    config = _vision_config(vocab, image_token)
+    _write_json(target / "config.json", config)
+    _processor_files(target)
+    eos = [tokenizer.token_to_id("<|im_end|>"), tokenizer.token_to_id("<|endoftext|>")]
+    _write_json(target / "generation_config.json", {"eos_token_id": eos})
+    text = _weights("llama", vocab, seed)
+    weights = {f"language_model.{name}": mx.array(value) for name, value in text.items()}
+    rng = np.random.default_rng(seed + 1)
+    model_config = ModelConfig.from_dict(config)
+    model_config.text_config = TextConfig.from_dict(config["text_config"])
+    model_config.vision_config = VisionConfig.from_dict(config["vision_config"])
+    model = Model(model_config)
+    for name, value in tree_flatten(model.parameters()):
+        if not name.startswith("language_model."):
+            scale = 1.0 if name.endswith(("norm.weight", "layer_norm1.weight")) else 0.2
+            noise = rng.standard_normal(value.shape).astype(np.float32) * scale
+            weights[name] = mx.array(noise)
+    mx.save_safetensors(str(target / "model.safetensors"), weights, {"format": "mlx"})
+    return target

@@ -92,10 +92,10 @@ def _open_llamacpp(config: ModelConfig) -> TextGenerator:
 def _open_mlx(config: ModelConfig) -> TextGenerator:
     from mlxcel.backends.mlx import MlxGenerator, MlxOptions
 
-    if config.mmproj is not None or config.kind == "vision":
+    if config.mmproj is not None:
         raise ValueError(
-            f"{config.model}: vision models are served from GGUF files with --mmproj; "
-            "MLX vision models (mlx-vlm) are not served yet"
+            f"{config.model}: --mmproj is for GGUF models; an MLX vision model (mlx-vlm) "
+            "holds its vision tower in its own folder (kind: vision)"
         )
     options = MlxOptions(config.ctx_size, config.parallel, config.batch_size)
     ignored = config.llamacpp_only_flags()
@@ -103,6 +103,10 @@ def _open_mlx(config: ModelConfig) -> TextGenerator:
         logger.warning("%s: no effect on the MLX backend (llama.cpp flags)", ", ".join(ignored))
     logger.info("loading %s with MLX", config.model)
     with progress(f"loading {config.model.name}"):
+        if config.kind == "vision":
+            from mlxcel.backends.mlx.vision import MlxVisionGenerator
+
+            return MlxVisionGenerator(config.model, options)
         return MlxGenerator(config.model, options)
 
 

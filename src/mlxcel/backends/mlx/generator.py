@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import mlx.core as mx
+import numpy as np
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import load_model, load_tokenizer
 
@@ -58,6 +59,8 @@ class _Slot:
     cache: list[Any] | None
     tokens: list[int] = field(default_factory=list)
     sampler: SlotSampler | None = None
+    media: dict[int, np.ndarray] = field(default_factory=dict)
+    """The embedding rows of the images among `tokens`, by the position of their first."""
 
 
 def _read_generation_config(path: Path) -> dict[str, float]:
@@ -116,8 +119,14 @@ class MlxGenerator:
             self._worker.shutdown(wait=True)
             raise
 
+    def _open_model(self, path: Path) -> tuple[Any, dict[str, Any]]:
+        """The model (token ids, a cache and optional input embeddings in; logits out) and
+        its config."""
+        model, config = load_model(path)
+        return model, config
+
     def _load(self, path: Path, options: MlxOptions) -> None:
-        self._model, config = self._call(load_model, path)
+        self._model, config = self._call(self._open_model, path)
         tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
         self._vocab = Vocabulary(tokenizer)
         self._n_vocab = int(_config_value(config, "vocab_size") or self._vocab.size)
@@ -249,6 +258,8 @@ class MlxGenerator:
             return _Slot(make_prompt_cache(self._model))
         cache = self._own_cache(slot)
         extra = len(state.tokens) - reuse
+        # The scheduler never cuts inside an image: one starting before `reuse` stays whole.
+        media = {start: rows for start, rows in state.media.items() if start < reuse}
         if extra > 0 and _trimmable(cache):
             trim_prompt_cache(cache, extra)
         elif extra > 0:
@@ -256,9 +267,10 @@ class MlxGenerator:
             # their front: evaluate the prefix again.
             prefix = state.tokens[:reuse]
             cache = make_prompt_cache(self._model)
-            self._fill(cache, prefix)
+            self._fill(cache, prefix, tuple(media.items()))
             state = _Slot(cache, prefix)
         del state.tokens[reuse:]
+        state.media = media
         return state
 
     def _forget(self, slot: int) -> None:
@@ -309,8 +321,10 @@ class MlxGenerator:
             # The output projection over the whole vocabulary is paid for sampled tokens only.
             tokens = list(feed.tokens[:-1] if feed.sample else feed.tokens)
             if tokens:
-                self._fill(self._own_cache(feed.slot), tokens)
-                self._slots[feed.slot].tokens += tokens
+                self._fill(self._own_cache(feed.slot), tokens, feed.media)
+                state = self._slots[feed.slot]
+                state.media.update((len(state.tokens) + at, rows) for at, rows in feed.media)
+                state.tokens += tokens
         last = {f.slot: f.tokens[-1] for f in feeds if f.sample}
         if not last:
             return [None] * len(feeds)
@@ -349,9 +363,19 @@ class MlxGenerator:
             self._slots[slot].cache = cache
         return caches
 
-    def _fill(self, cache: list[Any], tokens: list[int]) -> None:
-        """Evaluate `tokens` into the KV cache only; MLX's lazy graph skips their logits."""
-        self._model(mx.array(tokens)[None], cache=cache)
+    def _fill(
+        self,
+        cache: list[Any],
+        tokens: list[int],
+        media: Sequence[tuple[int, np.ndarray]] = (),
+    ) -> None:
+        """Evaluate `tokens` into the KV cache only; MLX's lazy graph skips their logits.
+        The images among them (offset, rows) are evaluated from their embedding rows."""
+        if media:
+            embeddings = self._model.embed(tokens, media)
+            self._model(mx.array(tokens)[None], cache=cache, inputs_embeds=embeddings)
+        else:
+            self._model(mx.array(tokens)[None], cache=cache)
         mx.eval([layer.state for layer in cache])
 
     def warm_up(self) -> None:

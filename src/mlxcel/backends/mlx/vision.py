@@ -1,0 +1,146 @@
+"""An MLX vision-language model on mlx-vlm: its processor lays out a prompt's images, its
+vision tower embeds them, and the language model runs them as embedding rows in the slots."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+from mlx_vlm.utils import load_model as load_vlm
+from mlx_vlm.utils import load_processor
+
+from mlxcel.backends.mlx.generator import MlxGenerator
+from mlxcel.engine.types import EngineError, MediaSpan
+from mlxcel.media.images import MEDIA_MARKER, Image
+
+
+class VisionLanguageModel:
+    """mlx-vlm's language model as the generator calls one: token ids (or input embeddings)
+    and a KV cache in, logits out; `embed` makes a prompt chunk's input embeddings."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+        self._language = model.language_model
+        if hasattr(self._language, "make_cache"):
+            # mlx-lm's make_prompt_cache asks the model for its cache kinds where it has them.
+            self.make_cache = self._language.make_cache
+
+    @property
+    def layers(self) -> Any:
+        return self._language.layers
+
+    def __call__(
+        self, inputs: mx.array, cache: Any = None, inputs_embeds: mx.array | None = None
+    ) -> mx.array:
+        out = self._language(inputs, cache=cache, inputs_embeds=inputs_embeds)
+        logits: mx.array = out.logits
+        return logits
+
+    def prompt_embeddings(self, inputs: dict[str, Any]) -> mx.array:
+        """The whole prompt's input embeddings, images merged in, from the processor's output."""
+        # Processors answer in lists, NumPy or MLX arrays, whichever transformers left them in.
+        arrays = {
+            key: mx.array(np.asarray(value)) if isinstance(value, list | np.ndarray) else value
+            for key, value in inputs.items()
+        }
+        features = self._model.get_input_embeddings(**arrays)
+        embeddings: mx.array = features.inputs_embeds
+        return embeddings
+
+    def embed(self, tokens: Sequence[int], media: Sequence[tuple[int, np.ndarray]]) -> mx.array:
+        """Input embeddings for `tokens` ([1, n, width]): each image's rows where it sits."""
+        # An image's positions hold placeholder ids (negative): embedded as token 0, replaced.
+        ids = mx.array([max(token, 0) for token in tokens])[None]
+        text: mx.array = self._model.get_input_embeddings(ids).inputs_embeds
+        parts = []
+        pos = 0
+        for offset, rows in media:
+            parts += [text[:, pos:offset], mx.array(rows).astype(text.dtype)[None]]
+            pos = offset + len(rows)
+        parts.append(text[:, pos:])
+        return mx.concatenate(parts, axis=1)
+
+
+def _image_runs(ids: np.ndarray, image_token: int, n_images: int) -> list[np.ndarray]:
+    """The prompt positions of each image's tokens: a run of image tokens each (images side
+    by side split evenly)."""
+    positions = np.flatnonzero(ids == image_token)
+    breaks = np.flatnonzero(np.diff(positions) != 1) + 1
+    runs = np.split(positions, breaks) if positions.size else []
+    if len(runs) != n_images and n_images and positions.size % n_images == 0:
+        runs = np.split(positions, n_images)
+    if len(runs) != n_images or any(run[-1] - run[0] + 1 != len(run) for run in runs):
+        raise EngineError(
+            f"the prompt's image tokens do not make {n_images} images (an image token typed "
+            "in the text?)",
+            "invalid_request",
+        )
+    return runs
+
+
+class MlxVisionGenerator(MlxGenerator):
+    """MlxGenerator for an mlx-vlm model: a prompt's images are evaluated from the vision
+    tower's embeddings (Feed.media), its text and every decode step as on a text model.
+
+    Positions run one after another through images and text alike: a model that lays images
+    out with M-RoPE positions (the Qwen2-VL family) is refused at load.
+    """
+
+    def _open_model(self, path: Path) -> tuple[Any, dict[str, Any]]:
+        config: dict[str, Any] = json.loads((path / "config.json").read_text())
+        text = config.get("text_config", {})
+        rope = {**(text.get("rope_scaling") or {}), **(text.get("rope_parameters") or {})}
+        if "mrope_section" in rope:
+            raise ValueError(
+                f"{path} needs M-RoPE positions (Qwen2-VL style), which mlxcel does not lay out yet"
+            )
+        self._processor = load_processor(path, add_detokenizer=False)
+        image_token = getattr(self._processor, "image_token", None)
+        token_id = config.get("image_token_index", config.get("image_token_id"))
+        if not isinstance(image_token, str) or not isinstance(token_id, int):
+            raise ValueError(f"{path}: mlx-vlm's processor names no image token for this model")
+        self._image_token, self._image_token_id = image_token, token_id
+        return VisionLanguageModel(load_vlm(path)), config
+
+    @property
+    def input_modalities(self) -> tuple[str, ...]:
+        return ("text", "image")
+
+    @property
+    def media_marker(self) -> str:
+        return MEDIA_MARKER
+
+    def tokenize_with_images(
+        self, text: str, images: Sequence[Image]
+    ) -> tuple[list[int], tuple[MediaSpan, ...]]:
+        if text.count(MEDIA_MARKER) != len(images):
+            raise EngineError(
+                f"the prompt has {text.count(MEDIA_MARKER)} image markers for {len(images)} images",
+                "invalid_request",
+            )
+        inputs = self._processor(
+            text=text.replace(MEDIA_MARKER, self._image_token),
+            images=[image.to_pil() for image in images],
+        )
+        ids = np.array(inputs["input_ids"]).reshape(-1)
+        runs = _image_runs(ids, self._image_token_id, len(images))
+        if runs and runs[-1][-1] == len(ids) - 1:
+            raise EngineError("a prompt cannot end with an image", "invalid_request")
+        embeddings = self._call(self._embed_images, dict(inputs), runs)
+        tokens = ids.tolist()
+        spans = []
+        for run, rows, image in zip(runs, embeddings, images, strict=True):
+            span = MediaSpan(int(run[0]), rows, image.digest)
+            tokens[span.start : span.end] = [span.placeholder] * len(rows)
+            spans.append(span)
+        return tokens, tuple(spans)
+
+    def _embed_images(self, inputs: dict[str, Any], runs: list[np.ndarray]) -> list[np.ndarray]:
+        """Each image's rows of the prompt's input embeddings (on the MLX thread)."""
+        merged = self._model.prompt_embeddings(inputs)[0].astype(mx.float32)
+        mx.eval(merged)
+        return [np.array(merged[int(run[0]) : int(run[-1]) + 1]) for run in runs]

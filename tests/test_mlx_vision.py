@@ -1,0 +1,99 @@
+"""Images on the MLX engine over HTTP: a tiny random-weight LLaVA loaded through mlx-vlm.
+
+The model's processor lays out the image tokens and its vision tower embeds them; random
+weights say nothing sensible, so the tests assert the path, as tests/test_vision.py does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import LLAMA_DIR, serving
+from tests.media_util import data_uri, image_bytes
+from tests.mlx_model import IMAGE_TOKENS, build_vision_model
+from tests.server_process import ServerProcess
+from tests.test_vision import ask, refusal, top
+
+# Building the model and starting two servers takes over a minute on a busy 2-core machine.
+pytestmark = pytest.mark.slow
+
+PNG = image_bytes(size=(40, 30), color=30)
+
+
+@pytest.fixture(scope="module")
+def mlx_vision(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("mlx-vlm")
+    model = build_vision_model(root / "tiny-llava")
+    config = root / "models.yaml"
+    config.write_text(f"models:\n  - model_path: {model}\n    kind: vision\n    name: m\n")
+    yield from serving(tmp_path_factory, "mlx-vision", "--config", str(config), "-c", "1024")
+
+
+@pytest.fixture(scope="module")
+def mlx_text(models: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    yield from serving(tmp_path_factory, "mlx-text", "-m", str(models / LLAMA_DIR), "-c", "1024")
+
+
+def test_image_tokens_count_in_usage(mlx_vision: ServerProcess) -> None:
+    client = mlx_vision.openai()
+    none = ask(client).usage.prompt_tokens
+    one = ask(client, data_uri(PNG)).usage.prompt_tokens
+    two = ask(client, data_uri(PNG), data_uri(image_bytes(color=200))).usage.prompt_tokens
+    # The marker becomes the model's image token, which the processor repeats per patch.
+    assert one - none >= IMAGE_TOKENS - 2
+    assert two - one >= IMAGE_TOKENS - 2
+
+
+def test_same_image_same_answer_other_image_other_logprobs(mlx_vision: ServerProcess) -> None:
+    client = mlx_vision.openai()
+    first = top(ask(client, data_uri(PNG)))
+    assert top(ask(client, data_uri(PNG))) == first
+    assert top(ask(client, data_uri(image_bytes(size=(40, 30), color=220)))) != first
+
+
+def test_streaming_and_responses_with_an_image(mlx_vision: ServerProcess) -> None:
+    client = mlx_vision.openai()
+    whole = ask(client, data_uri(PNG))
+    content: list[Any] = [
+        {"type": "text", "text": "Describe:"},
+        {"type": "image_url", "image_url": {"url": data_uri(PNG)}},
+    ]
+    chunks = list(
+        client.chat.completions.create(
+            model="m", max_tokens=3, temperature=0, stream=True,
+            stream_options={"include_usage": True},
+            messages=[{"role": "user", "content": content}],
+        )
+    )  # fmt: skip
+    assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+
+    def responses(*parts: dict[str, Any]) -> int:
+        content = [{"type": "input_text", "text": "Describe:"}, *parts]
+        answer = client.responses.create(
+            model="m",
+            input=[{"role": "user", "content": content}],  # type: ignore[list-item]
+            max_output_tokens=2,
+        )
+        assert answer.usage is not None
+        return answer.usage.input_tokens
+
+    image = {"type": "input_image", "image_url": data_uri(PNG), "detail": "auto"}
+    assert responses(image) >= responses() + IMAGE_TOKENS - 2
+
+
+def test_modalities_are_listed(mlx_vision: ServerProcess) -> None:
+    with mlx_vision.http() as http:
+        (listed,) = http.get("/v1/models").json()["data"]
+    assert listed["input_modalities"] == ["text", "image"]
+
+
+def test_a_text_mlx_model_refuses_images(mlx_text: ServerProcess) -> None:
+    body = refusal(mlx_text.openai(), data_uri(PNG))
+    assert body["error"]["message"] == "model does not support image input"
+    assert body["error"]["code"] == "unsupported_modality"
