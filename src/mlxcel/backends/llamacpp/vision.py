@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,13 +13,9 @@ import llama_cpp.mtmd_cpp as mtmd
 import numpy as np
 from llama_cpp import _logger as llama_logger
 
+from mlxcel.engine.media import ImageRows
 from mlxcel.engine.types import EngineError, MediaSpan
 from mlxcel.media.images import MEDIA_MARKER, Image
-
-# Embeddings kept for images seen recently (the same picture in the next turn is not embedded
-# again); bounded by count and bytes.
-CACHE_IMAGES = 32
-CACHE_BYTES = 256 * 1024 * 1024
 
 
 class Projector:
@@ -56,8 +51,7 @@ class Projector:
         self.n_embd = int(llama_cpp.llama_model_n_embd(model))
         self.marker = MEDIA_MARKER
         self._lock = threading.Lock()
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._cached_bytes = 0
+        self._cache = ImageRows()
 
     def tokenize(
         self, text: str, images: Sequence[Image], max_image_tokens: int
@@ -128,22 +122,14 @@ class Projector:
         key = f"{image.digest}:{n_tokens}"
         rows = self._cache.get(key)
         if rows is not None:
-            self._cache.move_to_end(key)
             return rows
         if mtmd.mtmd_encode_chunk(self._ctx, chunk) != 0:
             raise EngineError("the vision projector failed to embed an image")
         out = mtmd.mtmd_get_output_embd(self._ctx)
         flat = np.ctypeslib.as_array(out, shape=(n_tokens * self.n_embd,))
         rows = flat.reshape(n_tokens, self.n_embd).copy()
-        self._remember(key, rows)
+        self._cache.put(key, rows)
         return rows
-
-    def _remember(self, key: str, rows: np.ndarray) -> None:
-        self._cache[key] = rows
-        self._cached_bytes += rows.nbytes
-        while len(self._cache) > CACHE_IMAGES or self._cached_bytes > CACHE_BYTES:
-            _, dropped = self._cache.popitem(last=False)
-            self._cached_bytes -= dropped.nbytes
 
     def close(self) -> None:
         """Free libmtmd's context."""

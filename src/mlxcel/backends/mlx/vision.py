@@ -13,7 +13,8 @@ import numpy as np
 from mlx_vlm.utils import load_model as load_vlm
 from mlx_vlm.utils import load_processor
 
-from mlxcel.backends.mlx.generator import MlxGenerator
+from mlxcel.backends.mlx.generator import MlxGenerator, MlxOptions
+from mlxcel.engine.media import ImageRows
 from mlxcel.engine.types import EngineError, MediaSpan
 from mlxcel.media.images import MEDIA_MARKER, Image
 
@@ -90,6 +91,10 @@ class MlxVisionGenerator(MlxGenerator):
     out with M-RoPE positions (the Qwen2-VL family) is refused at load.
     """
 
+    def __init__(self, path: Path, options: MlxOptions) -> None:
+        self._image_rows = ImageRows()
+        super().__init__(path, options)
+
     def _open_model(self, path: Path) -> tuple[Any, dict[str, Any]]:
         config: dict[str, Any] = json.loads((path / "config.json").read_text())
         text = config.get("text_config", {})
@@ -130,7 +135,8 @@ class MlxVisionGenerator(MlxGenerator):
         runs = _image_runs(ids, self._image_token_id, len(images))
         if runs and runs[-1][-1] == len(ids) - 1:
             raise EngineError("a prompt cannot end with an image", "invalid_request")
-        embeddings = self._call(self._embed_images, dict(inputs), runs)
+        keys = [f"{image.digest}:{len(run)}" for image, run in zip(images, runs, strict=True)]
+        embeddings = self._call(self._embed_images, dict(inputs), runs, keys)
         tokens = ids.tolist()
         spans = []
         for run, rows, image in zip(runs, embeddings, images, strict=True):
@@ -139,8 +145,17 @@ class MlxVisionGenerator(MlxGenerator):
             spans.append(span)
         return tokens, tuple(spans)
 
-    def _embed_images(self, inputs: dict[str, Any], runs: list[np.ndarray]) -> list[np.ndarray]:
-        """Each image's rows of the prompt's input embeddings (on the MLX thread)."""
+    def _embed_images(
+        self, inputs: dict[str, Any], runs: list[np.ndarray], keys: list[str]
+    ) -> list[np.ndarray]:
+        """Each image's rows of the prompt's input embeddings (on the MLX thread): from the
+        cache when it holds every image of the prompt, else from the vision tower."""
+        kept = [self._image_rows.get(key) for key in keys]
+        if all(rows is not None for rows in kept):
+            return [rows for rows in kept if rows is not None]
         merged = self._model.prompt_embeddings(inputs)[0].astype(mx.float32)
         mx.eval(merged)
-        return [np.array(merged[int(run[0]) : int(run[-1]) + 1]) for run in runs]
+        embedded = [np.array(merged[int(run[0]) : int(run[-1]) + 1]) for run in runs]
+        for key, rows in zip(keys, embedded, strict=True):
+            self._image_rows.put(key, rows)
+        return embedded
