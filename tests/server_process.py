@@ -26,6 +26,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def metric_sum(text: str, name: str, **labels: str) -> float:
+    """The sum of a sample in a /metrics page over the series whose labels include `labels`."""
+    wanted = {f'{key}="{value}"' for key, value in labels.items()}
+    total = 0.0
+    for line in text.splitlines():
+        sample, _, value = line.rpartition(" ")
+        series, _, label_text = sample.partition("{")
+        if series == name and wanted <= set(label_text.rstrip("}").split(",")):
+            total += float(value)
+    return total
+
+
 class ServerProcess:
     """One `mlxcel serve` child on a free port or a Unix socket."""
 
@@ -103,15 +115,7 @@ class ServerProcess:
     def metric(self, name: str, **labels: str) -> float:
         """The sum of a /metrics sample over the series whose labels include `labels`."""
         with self.http() as client:
-            text = client.get("/metrics").text
-        wanted = {f'{key}="{value}"' for key, value in labels.items()}
-        total = 0.0
-        for line in text.splitlines():
-            sample, _, value = line.rpartition(" ")
-            series, _, label_text = sample.partition("{")
-            if series == name and wanted <= set(label_text.rstrip("}").split(",")):
-                total += float(value)
-        return total
+            return metric_sum(client.get("/metrics").text, name, **labels)
 
     def generation_counts(self) -> tuple[float, float]:
         """Tokens generated so far and requests cancelled so far, from /metrics."""

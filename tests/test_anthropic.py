@@ -212,7 +212,7 @@ def test_an_empty_answer_is_one_empty_text_block() -> None:
 def test_engine_failure_mid_stream_is_an_error_event() -> None:
     async def run() -> list[str]:
         handle = RequestHandle("msg_test", asyncio.get_running_loop())
-        model = SimpleNamespace(name="fake", scheduler=SimpleNamespace(submit=lambda *_: handle))
+        model = SimpleNamespace(name="fake", scheduler=SimpleNamespace(submit=lambda *_: [handle]))
         params = SamplingParams(max_tokens=8, temperature=0, top_p=1, top_k=1, min_p=0)
         generation = Generation(model, "msg_test", [1, 2], params)  # type: ignore[arg-type]
         handle.deliver(TokenEvent("Hel", (1,)))

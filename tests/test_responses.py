@@ -85,7 +85,7 @@ def test_store_expires_and_deletes() -> None:
 def test_engine_failure_mid_stream_is_response_failed() -> None:
     async def run() -> list[dict[str, Any]]:
         handle = RequestHandle("resp_test", asyncio.get_running_loop())
-        model = SimpleNamespace(name="fake", scheduler=SimpleNamespace(submit=lambda *_: handle))
+        model = SimpleNamespace(name="fake", scheduler=SimpleNamespace(submit=lambda *_: [handle]))
         params = SamplingParams(max_tokens=8, temperature=0, top_p=1, top_k=1, min_p=0)
         generation = Generation(model, "resp_test", [1, 2], params)  # type: ignore[arg-type]
         request = ResponsesRequest.model_validate({"input": "hi"})

@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mlxcel.engine import media
@@ -143,19 +144,45 @@ class Scheduler:
     def submit(
         self,
         request_id: str,
-        prompt: list[int],
-        params: SamplingParams,
-        media: tuple[MediaSpan, ...] = (),
-    ) -> RequestHandle:
-        """Queue a request; raises EngineError(code='server_busy') when the queue is full."""
-        handle = RequestHandle(request_id, asyncio.get_running_loop())
+        sequences: Sequence[tuple[list[int], SamplingParams, tuple[MediaSpan, ...]]],
+    ) -> list[RequestHandle]:
+        """Queue every sequence of one request (its prompts and choices, each with the media
+        spans of its prompt), or none of them: raises EngineError(code='server_busy') when
+        there is no room for all."""
+        loop = asyncio.get_running_loop()
         with self._wakeup:
-            if len(self._waiting) >= self._limits.queue_size + self._pool.free_count:
+            most = self._limits.queue_size + self._generator.n_slots
+            room = self._limits.queue_size + self._pool.free_count - len(self._waiting)
+            if len(sequences) > room:
                 self._metrics.rejected("queue_full")
-                raise EngineError("the server is busy: request queue is full", "server_busy")
-            self._waiting.append(_Job(handle, prompt, params, media))
+                if len(sequences) > most:
+                    message = (
+                        f"the request needs {len(sequences)} sequences but the server runs "
+                        f"{self._generator.n_slots} and queues {self._limits.queue_size}"
+                    )
+                else:
+                    message = "the server is busy: request queue is full"
+                raise EngineError(message, "server_busy")
+            jobs = [
+                _Job(RequestHandle(request_id, loop, self._withdraw), prompt, params, media)
+                for prompt, params, media in sequences
+            ]
+            self._waiting.extend(jobs)
+            self._update_gauges()
             self._wakeup.notify()
-        return handle
+        return [job.handle for job in jobs]
+
+    def _withdraw(self, handle: RequestHandle) -> None:
+        """A request was cancelled: a waiting one leaves the queue now; a running one is
+        dropped by the engine thread, which this wakes."""
+        with self._wakeup:
+            job = next((j for j in self._waiting if j.handle is handle), None)
+            if job is not None:
+                self._waiting.remove(job)
+                logger.info("cancelled while waiting for a slot", extra=_about(job))
+                self._metrics.finished("cancelled")
+                self._update_gauges()
+            self._wakeup.notify()
 
     def slots(self) -> list[tuple[SlotState, int, int]]:
         """A snapshot for /slots: each slot's state, tokens decoded and prompt length."""
@@ -186,17 +213,14 @@ class Scheduler:
                 job = self._waiting[0]
                 expired = timeout > 0 and time.monotonic() - job.arrived > timeout
                 free = self._pool.can_take(job.params.id_slot)
-                if not expired and not job.handle.cancelled and not free:
+                if not expired and not free:
                     return None
                 self._waiting.popleft()
-                if expired:
-                    self._metrics.rejected("queue_timeout")
-                    message = f"the request waited more than {timeout:g}s for a slot"
-                    job.handle.deliver(
-                        TokenEvent("", (), error=EngineError(message, "server_busy"))
-                    )
-                elif not job.handle.cancelled:
+                if not expired:
                     return job
+                self._metrics.rejected("queue_timeout")
+                message = f"the request waited more than {timeout:g}s for a slot"
+                job.handle.deliver(TokenEvent("", (), error=EngineError(message, "server_busy")))
             return None
 
     def _admit(self) -> None:

@@ -234,15 +234,21 @@ def _engine_error(error: EngineError, constraint_param: str | None) -> APIError:
 
 def start(generation: Generation) -> RequestHandle:
     """Queue a generation in its model's engine; a full queue is a 503 right away."""
+    return start_all([generation])[0]
+
+
+def start_all(generations: Sequence[Generation]) -> list[RequestHandle]:
+    """Queue the generations of one request (all on one model) whole, or refuse them whole
+    with a 503: a request is never partly admitted."""
+    first = generations[0]
     # The engine's lines about it carry the HTTP request's id, as every other line does.
     record = current_request()
-    log_id = record.request_id if record is not None else generation.request_id
+    log_id = record.request_id if record is not None else first.request_id
+    sequences = [(g.prompt, g.params, g.media) for g in generations]
     try:
-        return generation.model.scheduler.submit(
-            log_id, generation.prompt, generation.params, generation.media
-        )
+        return first.model.scheduler.submit(log_id, sequences)
     except EngineError as exc:
-        raise _engine_error(exc, generation.constraint_param) from exc
+        raise _engine_error(exc, first.constraint_param) from exc
 
 
 async def events(handle: RequestHandle, generation: Generation) -> AsyncIterator[TokenEvent]:
@@ -289,12 +295,11 @@ def finished(
     )
 
 
-async def collect(generation: Generation) -> Outcome:
-    """Run a generation to its end."""
+async def _collect(handle: RequestHandle, generation: Generation) -> Outcome:
     parts: list[str] = []
     logprobs: list[TokenLogprob] = []
     token_ids: list[int] = []
-    async for event in events(start(generation), generation):
+    async for event in events(handle, generation):
         parts.append(event.text)
         logprobs.extend(event.logprobs)
         token_ids.extend(event.token_ids)
@@ -303,9 +308,25 @@ async def collect(generation: Generation) -> Outcome:
     raise APIError(500, "generation ended without a finish reason")
 
 
+async def collect(generation: Generation) -> Outcome:
+    """Run a generation to its end."""
+    return await _collect(start(generation), generation)
+
+
 async def collect_all(generations: list[Generation]) -> list[Outcome]:
-    """Run every choice at once; the engine batches them when it has slots."""
-    return list(await asyncio.gather(*(collect(g) for g in generations)))
+    """Run every choice at once (the engine batches them when it has slots); when one fails,
+    or the caller goes away, the others stop too."""
+    handles = start_all(generations)
+    tasks = [
+        asyncio.ensure_future(_collect(h, g)) for h, g in zip(handles, generations, strict=True)
+    ]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
+        for handle in handles:
+            handle.cancel()
 
 
 async def _pump(
@@ -323,15 +344,9 @@ async def _pump(
 
 
 async def stream_all(generations: list[Generation]) -> AsyncIterator[tuple[int, TokenEvent]]:
-    """Every choice's events as they come, tagged with the choice's position in the list."""
-    handles: list[RequestHandle] = []
-    try:
-        for generation in generations:
-            handles.append(start(generation))
-    except APIError:
-        for handle in handles:
-            handle.cancel()
-        raise
+    """Every choice's events as they come, tagged with the choice's position in the list;
+    when one fails, or the caller stops reading, the others stop too."""
+    handles = start_all(generations)
     if len(handles) == 1:
         # One choice (the common case) needs no merging: no task and no extra queue hop.
         async for event in events(handles[0], generations[0]):
@@ -353,6 +368,8 @@ async def stream_all(generations: list[Generation]) -> AsyncIterator[tuple[int, 
     finally:
         for task in tasks:
             task.cancel()
+        for handle in handles:
+            handle.cancel()
 
 
 def total_usage(

@@ -96,7 +96,8 @@ async def messages(body: MessagesRequest, request: Request) -> dict[str, Any] | 
         images,
     )
     if body.stream:
-        return await typed_event_stream(message_events(job), job.message_id, stream_error)
+        stream = typed_event_stream(message_events(job), job.message_id, stream_error)
+        return await unless_disconnected(request, stream)
     return await unless_disconnected(request, create_message(job))
 
 

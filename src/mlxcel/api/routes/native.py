@@ -103,5 +103,6 @@ async def _native_answer(
     request: Request, prepared: native.NativeJob
 ) -> dict[str, Any] | list[dict[str, Any]] | StreamingResponse:
     if prepared.request.stream:
-        return _without_done(await event_stream(native.native_chunks(prepared)))
+        stream = event_stream(native.native_chunks(prepared))
+        return _without_done(await unless_disconnected(request, stream))
     return await unless_disconnected(request, native.native_completion(prepared))

@@ -71,7 +71,8 @@ async def create(body: ResponsesRequest, request: Request) -> dict[str, Any] | S
     )
     if body.stream:
         events = response_events(run, _store(request))
-        return await typed_event_stream(events, run.generation.request_id, _stream_error)
+        stream = typed_event_stream(events, run.generation.request_id, _stream_error)
+        return await unless_disconnected(request, stream)
     return await unless_disconnected(request, create_response(run, _store(request)))
 
 

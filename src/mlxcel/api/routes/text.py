@@ -25,7 +25,9 @@ T = TypeVar("T")
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """Await `work`, cancelling it (and so its generation) if the client goes away."""
+    """Await `work`, cancelling it (and so its generation) if the client goes away: a
+    streamed answer is awaited up to its first event, so a client that leaves while its
+    request waits for a slot frees its place in the queue at once."""
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_wait_for_disconnect(request))
     try:
@@ -61,7 +63,7 @@ async def chat_completions(
     )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return await event_stream(chat_chunks(job, include_usage))
+        return await unless_disconnected(request, event_stream(chat_chunks(job, include_usage)))
     return await unless_disconnected(request, chat_completion(job))
 
 
@@ -74,5 +76,7 @@ async def completions(
     job = await asyncio.to_thread(prepare_completion, model, body, model.n_predict)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return await event_stream(completion_chunks(job, include_usage))
+        return await unless_disconnected(
+            request, event_stream(completion_chunks(job, include_usage))
+        )
     return await unless_disconnected(request, completion(job))
