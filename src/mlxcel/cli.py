@@ -233,6 +233,20 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         "of RAM like 50%%); idle models are unloaded to make room, least recently used first "
         "(default: no limit)",
     )
+    add(
+        "--shutdown-timeout",
+        type=float,
+        default=defaults.DEFAULT_SHUTDOWN_TIMEOUT,
+        metavar="S",
+        help="on SIGTERM or SIGINT, seconds the requests in flight may take to finish before "
+        "they end with an error (default: %(default)s)",
+    )
+    add(
+        "--exit-on-stdin-close",
+        action="store_true",
+        help="shut down when standard input reaches end of file (the Python client's managed "
+        "server follows its parent process so)",
+    )
     add("--no-warmup", action="store_true", help="skip the warm-up run after loading")
     add("--no-webui", action="store_true", help="do not serve the browser playground at /")
     add(
@@ -276,8 +290,11 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         "ubatch_size",
         "queue_size",
         "queue_timeout",
+        "shutdown_timeout",
     ):
-        minimum = 0 if name in ("ctx_size", "queue_size", "queue_timeout") else 1
+        minimum = (
+            0 if name in ("ctx_size", "queue_size", "queue_timeout", "shutdown_timeout") else 1
+        )
         if getattr(args, name) < minimum:
             parser.error(f"--{name.replace('_', '-')} must be at least {minimum}")
     if not 0 < args.port < 65536:
@@ -377,6 +394,8 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         config_file=args.config,
         webui=not args.no_webui,
         strict_model_names=args.strict_model_names,
+        shutdown_timeout=args.shutdown_timeout,
+        exit_on_stdin_close=args.exit_on_stdin_close,
         cors_origins=parse_origins(args.cors_origins) if args.cors_origins else (),
         media=media_policy(args),
         **encoder_config(parser, args),

@@ -24,6 +24,7 @@ DEFAULT_BATCH_SIZE = 512
 DEFAULT_UBATCH_SIZE = 512
 DEFAULT_QUEUE_SIZE = 64
 DEFAULT_QUEUE_TIMEOUT = 600.0
+DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 DEFAULT_CACHE_RAM_MIB = 2048
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 DEFAULT_LOG_LEVEL = "info"
@@ -220,3 +221,8 @@ class ServerConfig:
 
     media: MediaPolicy = field(default_factory=MediaPolicy)
     """Where request images may come from, and their limits."""
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
+    """Seconds requests in flight may take to finish after SIGTERM or SIGINT."""
+    exit_on_stdin_close: bool = False
+    """Shut down when standard input reaches end of file (how a managed server follows its
+    parent)."""

@@ -23,6 +23,7 @@ from mlxcel.api.routes import (
     text,
 )
 from mlxcel.api.routes.webui import webui_router
+from mlxcel.api.shutdown import Drain, RefuseWhileDraining
 from mlxcel.api.state import HoldModels
 from mlxcel.config import ServerConfig
 from mlxcel.serving.encoders import EncoderLimits
@@ -59,6 +60,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     if config.cors_origins:
         # Outside the body limit, so a browser can read a 413 too.
         app.add_middleware(Cors, origins=config.cors_origins)
+    # Outside everything but the access log: once shutdown begins, nothing new reaches a route.
+    app.state.drain = Drain()
+    app.add_middleware(RefuseWhileDraining, drain=app.state.drain)
     # Outermost, so its line covers every answer, a 413 from the body limit included.
     app.add_middleware(AccessLog)
     return app

@@ -11,12 +11,15 @@ import errno
 import logging
 import os
 import socket
+import stat
+import sys
 from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI
 
 from mlxcel.api.app import create_app
+from mlxcel.api.shutdown import ABORT_GRACE_S, DrainingServer
 from mlxcel.config import ServerConfig
 from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.models.registry import ModelRegistry, ModelUnavailable
@@ -27,10 +30,35 @@ logger = logging.getLogger(__name__)
 EXIT_CANNOT_START = 2
 
 
+class SocketInUse(OSError):
+    """The --socket path is not ours to take: it is no socket, or a server listens on it."""
+
+
+def _clear_stale_socket(path: Path) -> None:
+    """Remove a socket file a server that exited left behind; refuse anything else there."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise SocketInUse(f"cannot listen on unix:{path}: it exists and is not a socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except ConnectionRefusedError:
+            path.unlink()
+            return
+        except OSError as exc:
+            raise SocketInUse(f"cannot listen on unix:{path}: {exc.strerror or exc}") from exc
+    raise SocketInUse(
+        f"cannot listen on unix:{path}: another server listens on it; stop it or pass "
+        "another --socket"
+    )
+
+
 def _unix_socket(path: Path) -> socket.socket:
     """A Unix socket only its owner may connect to (uvicorn's own would be 0666)."""
-    if path.exists() or path.is_symlink():
-        path.unlink()
+    _clear_stale_socket(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old_umask = os.umask(0o177)
     try:
@@ -67,6 +95,8 @@ def _bind(config: ServerConfig) -> socket.socket:
 
 def _cannot_listen(config: ServerConfig, exc: OSError) -> str:
     """The one line that says why the address cannot be used and what to do instead."""
+    if isinstance(exc, SocketInUse):
+        return str(exc)
     reason = exc.strerror or str(exc)
     if config.socket:
         return f"cannot listen on unix:{config.socket}: {reason}; pass another --socket"
@@ -79,8 +109,15 @@ def _cannot_listen(config: ServerConfig, exc: OSError) -> str:
     return f"cannot listen on {where}: {reason}; check --host and --port"
 
 
+def _stop_engines(app: FastAPI) -> None:
+    """End every generation in flight, and every one waiting, with a shutdown error."""
+    registry: ModelRegistry | None = getattr(app.state, "models", None)
+    for model in registry.loaded() if registry is not None else []:
+        model.scheduler.stop()
+
+
 async def _serve(
-    app: FastAPI, config: ServerConfig, server: uvicorn.Server, sock: socket.socket
+    app: FastAPI, config: ServerConfig, server: DrainingServer, sock: socket.socket
 ) -> None:
     """Serve while the models that load at startup load, and while the idle watcher runs."""
     metrics = EngineMetrics(app.state.metrics_registry)
@@ -91,6 +128,8 @@ async def _serve(
         max_memory=config.max_memory,
     )
     app.state.models = registry
+    if config.exit_on_stdin_close:
+        server.watch_pipe(sys.stdin.fileno())
 
     async def start_up() -> None:
         try:
@@ -110,14 +149,25 @@ async def _serve(
         loader.cancel()
 
 
+def _remove_socket(path: Path, inode: tuple[int, int]) -> None:
+    """Remove the socket file, unless it is no longer the one this server bound."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return
+    if (info.st_dev, info.st_ino) == inode:
+        path.unlink()
+
+
 def serve(config: ServerConfig) -> int:
-    """Serve until interrupted; EXIT_CANNOT_START when the address or a model that loads at
-    startup is unusable."""
+    """Serve until SIGTERM or SIGINT, then drain and exit 0; EXIT_CANNOT_START when the address
+    or a model that loads at startup is unusable."""
     try:
         sock = _bind(config)
     except OSError as exc:
         logger.error("%s", _cannot_listen(config, exc))
         return EXIT_CANNOT_START
+    bound = config.socket.lstat() if config.socket else None
     app = create_app(config)
     uv_config = uvicorn.Config(
         app,
@@ -125,9 +175,14 @@ def serve(config: ServerConfig) -> int:
         port=config.port,
         log_config=None,
         access_log=False,
-        timeout_graceful_shutdown=5,
+        timeout_graceful_shutdown=ABORT_GRACE_S,
     )
-    server = uvicorn.Server(uv_config)
+    server = DrainingServer(
+        uv_config,
+        app.state.drain,
+        timeout=config.shutdown_timeout,
+        abort=lambda: _stop_engines(app),
+    )
     where = f"unix:{config.socket}" if config.socket else f"http://{config.host}:{config.port}"
     logger.info("listening on %s; loading the models", where)
     try:
@@ -136,6 +191,6 @@ def serve(config: ServerConfig) -> int:
         registry: ModelRegistry | None = getattr(app.state, "models", None)
         if registry is not None:
             registry.close()
-        if config.socket and config.socket.exists():
-            config.socket.unlink()
+        if config.socket and bound is not None:
+            _remove_socket(config.socket, (bound.st_dev, bound.st_ino))
     return EXIT_CANNOT_START if app.state.load_error is not None else 0

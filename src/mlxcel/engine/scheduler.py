@@ -135,7 +135,7 @@ class Scheduler:
         self._thread.start()
 
     def stop(self) -> None:
-        """Finish the engine thread; running requests end with an error."""
+        """Finish the engine thread; running and waiting requests end with an error."""
         with self._wakeup:
             self._stopping = True
             self._wakeup.notify()
@@ -200,8 +200,15 @@ class Scheduler:
             self._drop_cancelled()
             if self._running:
                 self._step()
+        shutting_down = EngineError("the server is shutting down", "shutting_down")
         for running in list(self._running):
-            self._finish(running, "", error=EngineError("the server is shutting down"))
+            self._finish(running, "", error=shutting_down)
+        with self._wakeup:
+            while self._waiting:
+                job = self._waiting.popleft()
+                self._metrics.finished("error")
+                job.handle.deliver(TokenEvent("", (), error=shutting_down))
+            self._update_gauges()
 
     def _next_job(self) -> _Job | None:
         """The next waiting job to start, answering the ones that waited too long."""

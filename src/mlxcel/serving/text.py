@@ -225,6 +225,8 @@ def _engine_error(error: EngineError, constraint_param: str | None) -> APIError:
         return APIError(
             503, str(error), type="server_busy", code="server_busy", headers={"Retry-After": "1"}
         )
+    if error.code == "shutting_down":
+        return APIError(503, str(error), code=error.code)
     if error.code == "invalid_grammar":
         return invalid_request(str(error), constraint_param, error.code)
     if error.code == "unsupported_field":
