@@ -27,12 +27,17 @@ def fake_binary(tmp_path: Path, body: str) -> Path:
 
 
 def alive(pid: int) -> bool:
-    """Whether a process with this id exists (the client reaps its children)."""
+    """Whether a process with this id runs: exists and, where /proc tells, is no zombie (an
+    orphan's exit status waits for whoever adopted it)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def run_python(code: str) -> str:

@@ -7,7 +7,9 @@ import gc
 import logging
 import os
 import re
+import shutil
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -89,13 +91,13 @@ def test_server_kwargs_become_flags() -> None:
         },
     )
     assert args == [
-        "serve", "--model", "model.gguf", "--socket", "/tmp/s.sock",
+        "serve", "--model", "model.gguf", "--socket", "/tmp/s.sock", "--exit-on-stdin-close",
         "--ctx-size", "512", "--n-predict", "16", "--alias", "a", "--no-warmup",
         "--log-level", "debug", "--api-key-file", "keys.txt", "--metrics",
         "--parallel", "2",
     ]  # fmt: skip
     tcp = server_args(None, socket_path=None, host="127.0.0.1", port=9, options={"warmup": True})
-    assert tcp == ["serve", "--host", "127.0.0.1", "--port", "9"]
+    assert tcp == ["serve", "--host", "127.0.0.1", "--port", "9", "--exit-on-stdin-close"]
     with pytest.raises(TypeError, match="extra_args"):
         server_args(None, socket_path="s", host=None, port=None, options={"extra_args": "-np 2"})
 
@@ -414,13 +416,54 @@ def test_a_managed_server_that_died_is_named_with_its_pid_and_last_output() -> N
         deadline = time.monotonic() + 10
         while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        with pytest.raises(mlxcel.APIConnectionError) as caught:
+        with pytest.raises(mlxcel.ServerExitedError) as caught:
             llm.chat(HELLO, max_tokens=2)
-    error = caught.value
-    assert f"managed server pid {pid}, exited with code -{signal.SIGKILL.value}" in str(error)
-    assert "unix socket " in str(error)
+    _assert_killed(caught.value, pid)
+    assert "unix socket " in str(caught.value)
+
+
+def _assert_killed(error: mlxcel.ServerExitedError, pid: int) -> None:
+    """The error names the managed server's pid, its exit by SIGKILL, and its last output."""
+    assert isinstance(error, mlxcel.APIConnectionError)
+    assert (error.pid, error.returncode) == (pid, -signal.SIGKILL.value)
+    assert f"managed server pid {pid}, exited with code -9: killed by SIGKILL" in str(error)
     assert error.output and any("listening on unix:" in line for line in error.output)
     assert error.output[-1] in str(error)
+
+
+@pytest.mark.slow
+def test_a_managed_server_that_dies_mid_stream_is_named_too() -> None:
+    with mlxcel.LLM(binary=MLXCEL, warmup=False) as llm:
+        pid = llm.pid
+        assert pid is not None
+        deltas = llm.stream_generate("Once upon a time", max_tokens=1500, ignore_eos=True)
+        next(deltas)
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(mlxcel.ServerExitedError) as caught:
+            for _ in deltas:
+                pass
+    _assert_killed(caught.value, pid)
+
+
+@pytest.mark.slow
+def test_a_managed_server_exits_when_its_parent_is_killed(tmp_path: Path) -> None:
+    code = (
+        "import os, signal, mlxcel\n"
+        f"llm = mlxcel.LLM(binary={MLXCEL!r}, warmup=False)\n"
+        "print(llm.pid, llm._endpoint.uds, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    parent = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert parent.returncode == -signal.SIGKILL.value, parent.stderr
+    pid, sock = parent.stdout.split()
+    deadline = time.monotonic() + 60
+    # The orphan shut down cleanly: it stopped, and removed its socket file on the way out.
+    while alive(int(pid)) or Path(sock).exists():
+        assert time.monotonic() < deadline, "the managed server outlived its parent"
+        time.sleep(0.05)
+    shutil.rmtree(Path(sock).parent)
 
 
 @pytest.mark.slow

@@ -69,6 +69,16 @@ class APIConnectionError(APIError):
         super().__init__(with_output(message, self.output))
 
 
+class ServerExitedError(APIConnectionError):
+    """The managed server exited: the message names its pid and exit status, and `output`
+    holds its last lines of output."""
+
+    def __init__(self, message: str, *, pid: int, returncode: int, output: Sequence[str]) -> None:
+        self.pid = pid
+        self.returncode = returncode
+        super().__init__(message, output)
+
+
 class APIStatusError(APIError):
     """The server answered with an HTTP error status."""
 

@@ -1,6 +1,7 @@
 """What LLM and AsyncLLM share: their arguments, the server they reach, and its model id."""
 
 import os
+import signal
 import threading
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
@@ -12,9 +13,21 @@ from mlxcel.client._connection import connect_endpoint, is_managed, launch, reso
 from mlxcel.client._endpoint import HEALTH_PROBE_TIMEOUT_S, Endpoint, fetch_model_id, is_healthy
 from mlxcel.client._launch import ServerProcess
 from mlxcel.client._requests import api_errors
-from mlxcel.errors import APIConnectionError
+from mlxcel.errors import APIConnectionError, ServerExitedError
 
 ClientT = TypeVar("ClientT")
+# How long a broken connection waits for a managed server that may be exiting.
+EXIT_WAIT_S = 1.0
+
+
+def _signal(returncode: int) -> str:
+    """`: killed by SIGKILL` for an exit status that is a signal."""
+    if returncode >= 0:
+        return ""
+    try:
+        return f": killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return ""
 
 
 class BaseLLM(ABC, Generic[ClientT]):
@@ -108,10 +121,15 @@ class BaseLLM(ABC, Generic[ClientT]):
         message = f"no answer from the mlxcel server at {self._endpoint.target}: {reason}"
         if self._process is None:
             return APIConnectionError(message)
-        code = self._process.returncode
-        state = "still running" if code is None else f"exited with code {code}"
-        message += f" (managed server pid {self._process.pid}, {state})"
-        return APIConnectionError(message, self._process.output.snapshot())
+        process = self._process
+        code = process.exit_code(EXIT_WAIT_S)
+        if code is None:
+            message += f" (managed server pid {process.pid}, still running)"
+            return APIConnectionError(message, process.output.snapshot())
+        message += f" (managed server pid {process.pid}, exited with code {code}{_signal(code)})"
+        return ServerExitedError(
+            message, pid=process.pid, returncode=code, output=process.output.snapshot()
+        )
 
     def _api_errors(self) -> AbstractContextManager[None]:
         """SDK errors as mlxcel errors, a connection failure naming this server."""

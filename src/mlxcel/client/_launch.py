@@ -78,6 +78,8 @@ def server_args(
         args += ["--socket", socket_path]
     else:
         args += ["--host", str(host), "--port", str(port)]
+    # The child's stdin is a pipe only this process writes to: when it dies, the server exits.
+    args.append("--exit-on-stdin-close")
     extra_args = options.get("extra_args", ())
     if isinstance(extra_args, str) or not isinstance(extra_args, Sequence):
         raise TypeError("extra_args must be a list of strings")
@@ -130,6 +132,8 @@ def _shutdown(
             logger.warning("mlxcel server pid=%d ignored SIGTERM; killing it", proc.pid)
             proc.kill()
             proc.wait()
+    if proc.stdin is not None:
+        proc.stdin.close()
     # The reader ends at EOF; a grandchild still holding the pipe must not hang us.
     reader.join(timeout=1.0)
     if cleanup_dir is not None:
@@ -147,7 +151,7 @@ class ServerProcess:
             # stderr joins stdout so one reader sees everything and neither pipe can fill up.
             self._proc = subprocess.Popen(
                 list(argv),
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 env=dict(env),
@@ -177,6 +181,14 @@ class ServerProcess:
     def returncode(self) -> int | None:
         """The child's exit code, or None while it runs."""
         return self._proc.poll()
+
+    def exit_code(self, wait: float) -> int | None:
+        """The child's exit code, waiting up to `wait` seconds for it (a connection that
+        broke may be the child dying); None if it still runs."""
+        try:
+            return self._proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            return None
 
     def wait_ready(self, probe: Callable[[], bool], timeout: float) -> None:
         """Poll probe until it succeeds; raise if the child exits or timeout passes first."""
