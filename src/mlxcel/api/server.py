@@ -22,6 +22,7 @@ from mlxcel.api.app import create_app
 from mlxcel.api.shutdown import ABORT_GRACE_S, DrainingServer
 from mlxcel.config import ServerConfig
 from mlxcel.engine.metrics import EngineMetrics
+from mlxcel.models.loaded import LoadedModel
 from mlxcel.models.registry import ModelRegistry, ModelUnavailable
 
 logger = logging.getLogger(__name__)
@@ -110,10 +111,12 @@ def _cannot_listen(config: ServerConfig, exc: OSError) -> str:
 
 
 def _stop_engines(app: FastAPI) -> None:
-    """End every generation in flight, and every one waiting, with a shutdown error."""
+    """End every generation in flight, and every one waiting, with a shutdown error (the
+    other kinds' requests finish or fail as their models close)."""
     registry: ModelRegistry | None = getattr(app.state, "models", None)
     for model in registry.loaded() if registry is not None else []:
-        model.scheduler.stop()
+        if isinstance(model, LoadedModel):
+            model.scheduler.stop()
 
 
 async def _serve(
