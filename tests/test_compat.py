@@ -204,7 +204,9 @@ def test_cors_requests_still_need_the_key(guarded: ServerProcess) -> None:
     assert unkeyed.status_code == 401
     assert unkeyed.headers["access-control-allow-origin"] == APP  # the browser may read the 401
     assert keyed.status_code == 200 and keyed.headers["access-control-allow-origin"] == APP
-    assert elsewhere.status_code == 200
+    # Another origin is refused whatever the key: a page elsewhere cannot drive the server.
+    assert elsewhere.status_code == 403
+    assert elsewhere.json()["error"]["code"] == "cors_origin_not_allowed"
     assert "access-control-allow-origin" not in elsewhere.headers
 
 
@@ -221,9 +223,11 @@ def test_cors_any_origin_never_allows_credentials(loose: ServerProcess) -> None:
 
 
 def test_cors_is_off_by_default(server: ServerProcess) -> None:
-    assert _preflight(server, APP).status_code == 405
+    assert _preflight(server, APP).status_code == 403
     with server.http(headers={"Origin": APP}) as http:
-        assert "access-control-allow-origin" not in http.get("/v1/models").headers
+        refused = http.get("/v1/models")
+    assert refused.status_code == 403
+    assert "access-control-allow-origin" not in refused.headers
 
 
 def test_server_seed_is_a_request_without_one(loose: ServerProcess) -> None:

@@ -18,6 +18,7 @@ from mlxcel.cli_launch import launch_arguments, launch_argv
 from mlxcel.cli_llama_server import check_llama_server_arguments, llama_server_arguments
 from mlxcel.cli_media import media_arguments, media_policy
 from mlxcel.cli_models import SIDE_MODELS, fail, file_models, side_models
+from mlxcel.cli_security import check_api_keys, security_arguments, security_settings
 from mlxcel.config import ModelConfig, ServerConfig, parse_origins
 from mlxcel.config_file import (
     ConfigError,
@@ -264,6 +265,7 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     llama_server_arguments(parser)
     encoder_arguments(parser)
     media_arguments(parser)
+    security_arguments(parser)
 
 
 def _memory_size(text: str) -> int:
@@ -383,6 +385,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         api_keys = tuple(dict.fromkeys((*api_keys, *server.pop("api_keys", ()))))  # type: ignore[misc]
         for item in file.ignored:
             logger.warning("%s: accepted, not acted on yet", item)
+    check_api_keys(parser, api_keys)
     # A server flag given on the command line wins over the file's server section.
     for dest in _SERVER_FLAGS:
         if dest not in server or getattr(args, dest) != parser.get_default(dest):
@@ -399,6 +402,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         cors_origins=parse_origins(args.cors_origins) if args.cors_origins else (),
         media=media_policy(args),
         **encoder_config(parser, args),
+        **security_settings(args),
         **server,  # type: ignore[arg-type]
     )
 

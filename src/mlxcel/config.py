@@ -27,6 +27,11 @@ DEFAULT_QUEUE_TIMEOUT = 600.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 DEFAULT_CACHE_RAM_MIB = 2048
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+# Connection hygiene (api/connections.py): seconds, and open client connections.
+DEFAULT_HEADER_TIMEOUT = 15.0
+DEFAULT_BODY_TIMEOUT = 30.0
+DEFAULT_KEEP_ALIVE_TIMEOUT = 15
+DEFAULT_MAX_CONNECTIONS = 1024
 DEFAULT_LOG_LEVEL = "info"
 DEFAULT_BACKEND = "auto"
 BACKENDS = ("auto", "llamacpp", "mlx")
@@ -226,3 +231,11 @@ class ServerConfig:
     exit_on_stdin_close: bool = False
     """Shut down when standard input reaches end of file (how a managed server follows its
     parent)."""
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    keep_alive_timeout: int = DEFAULT_KEEP_ALIVE_TIMEOUT
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    allowed_hosts: tuple[str, ...] = ()
+    """Host header names accepted beside the bound address and loopback names ('*': any)."""
+    public_openapi: bool = False
+    """Serve /openapi.json without the API key."""

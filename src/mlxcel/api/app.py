@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from mlxcel.api.access_log import AccessLog
+from mlxcel.api.body_check import JsonCheck
 from mlxcel.api.cors import Cors
 from mlxcel.api.errors import install_error_handlers
+from mlxcel.api.hosts import HostAllowlist
 from mlxcel.api.limits import BodySizeLimit, JsonByDefault
 from mlxcel.api.routes import (
     anthropic,
@@ -27,6 +30,14 @@ from mlxcel.api.shutdown import Drain, RefuseWhileDraining
 from mlxcel.api.state import HoldModels
 from mlxcel.config import ServerConfig
 from mlxcel.serving.encoders import EncoderLimits
+from mlxcel.serving.errors import APIError
+
+
+def _envelope(path: str, error: APIError) -> bytes | None:
+    """The body of an error a middleware answers: Anthropic's shape on its routes."""
+    if path.startswith("/v1/messages"):
+        return json.dumps(anthropic.anthropic_error(error)).encode()
+    return None
 
 
 def create_app(config: ServerConfig) -> FastAPI:
@@ -55,11 +66,15 @@ def create_app(config: ServerConfig) -> FastAPI:
     if config.webui:
         app.include_router(webui_router())
     app.add_middleware(HoldModels)
+    # Inside the body limit, which bounds what it reads.
+    app.add_middleware(JsonCheck, envelope=_envelope)
     app.add_middleware(JsonByDefault)
     app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes)
-    if config.cors_origins:
-        # Outside the body limit, so a browser can read a 413 too.
-        app.add_middleware(Cors, origins=config.cors_origins)
+    # Outside the body limit, so a browser can read a 413 too; a foreign origin gets 403
+    # before anything reads its body.
+    app.add_middleware(Cors, origins=config.cors_origins)
+    if config.socket is None:
+        app.add_middleware(HostAllowlist, bound=config.host, allowed=config.allowed_hosts)
     # Outside everything but the access log: once shutdown begins, nothing new reaches a route.
     app.state.drain = Drain()
     app.add_middleware(RefuseWhileDraining, drain=app.state.drain)

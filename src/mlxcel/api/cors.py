@@ -1,4 +1,10 @@
-"""CORS for browser apps on other origins (--cors-origins): preflights and response headers.
+"""The browser policy: CORS for apps on other origins (--cors-origins), and nothing else.
+
+A request carrying an `Origin` comes from a browser page. One from the server's own origin
+(the playground) or from an origin --cors-origins allows goes on; any other is refused with
+403 before its body is read, whatever its content type: a page on another site may send a
+"simple" POST (text/plain, no preflight) that the browser never lets it read, and the
+server would still run it. Requests with no `Origin` (SDKs, curl) are not browser requests.
 
 A preflight carries no credentials, so it is answered before any API key check; the request
 that follows it still needs its key. A wildcard origin is answered with `*` and never with
@@ -7,12 +13,12 @@ credentials allowed; a listed origin is echoed, with credentials allowed and `Va
 
 from __future__ import annotations
 
-import json
 import re
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mlxcel.api.hosts import json_error
 from mlxcel.config import ANY_ORIGIN
 from mlxcel.serving.errors import APIError
 
@@ -24,9 +30,24 @@ MAX_AGE = "600"
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 
 
+def _refused() -> APIError:
+    return APIError(
+        403,
+        "this origin is not allowed (--cors-origins)",
+        type="invalid_request_error",
+        code="cors_origin_not_allowed",
+    )
+
+
+def same_origin(scope: Scope, origin: str, headers: Headers) -> bool:
+    """Whether `origin` is this server's own, as the request reached it."""
+    host = headers.get("host")
+    return host is not None and origin.lower() == f"{scope['scheme']}://{host}".lower()
+
+
 class Cors:
     """ASGI middleware: 204 for an allowed preflight, 403 for another; CORS response headers
-    for requests from an allowed origin."""
+    for requests from an allowed origin; 403 for requests from any other but the server's."""
 
     def __init__(self, app: ASGIApp, origins: tuple[str, ...]) -> None:
         self.app = app
@@ -47,7 +68,10 @@ class Cors:
             await self._preflight(send, origin if allowed else None, headers)
             return
         if not allowed:
-            await self.app(scope, receive, send)
+            if same_origin(scope, origin, headers):
+                await self.app(scope, receive, send)
+            else:
+                await json_error(send, _refused())
             return
         extra = self._allow(origin)
 
@@ -69,15 +93,7 @@ class Cors:
 
     async def _preflight(self, send: Send, origin: str | None, headers: Headers) -> None:
         if origin is None:
-            error = APIError(
-                403,
-                "this origin is not allowed (--cors-origins)",
-                type="invalid_request_error",
-                code="cors_origin_not_allowed",
-            )
-            body = json.dumps(error.body()).encode()
-            response = [(b"content-type", b"application/json")]
-            await _respond(send, 403, response, body)
+            await json_error(send, _refused())
             return
         requested = headers.get("access-control-request-headers", "")
         allowed = {name.lower(): name for name in HEADERS}
@@ -90,12 +106,5 @@ class Cors:
             (b"access-control-allow-headers", ", ".join(allowed.values()).encode()),
             (b"access-control-max-age", MAX_AGE.encode()),
         ]
-        await _respond(send, 204, response, b"")
-
-
-async def _respond(
-    send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
-) -> None:
-    length = [(b"content-length", str(len(body)).encode())] if body else []
-    await send({"type": "http.response.start", "status": status, "headers": [*headers, *length]})
-    await send({"type": "http.response.body", "body": body})
+        await send({"type": "http.response.start", "status": 204, "headers": response})
+        await send({"type": "http.response.body", "body": b""})

@@ -19,6 +19,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from mlxcel.api.app import create_app
+from mlxcel.api.connections import ConnectionLimits, file_limit_for, guarded_protocol
 from mlxcel.api.shutdown import ABORT_GRACE_S, DrainingServer
 from mlxcel.config import ServerConfig
 from mlxcel.engine.metrics import EngineMetrics
@@ -172,10 +173,15 @@ def serve(config: ServerConfig) -> int:
         return EXIT_CANNOT_START
     bound = config.socket.lstat() if config.socket else None
     app = create_app(config)
+    limits = ConnectionLimits(
+        config.header_timeout, config.body_timeout, file_limit_for(config.max_connections)
+    )
     uv_config = uvicorn.Config(
         app,
         host=config.host,
         port=config.port,
+        http=guarded_protocol(limits),
+        timeout_keep_alive=config.keep_alive_timeout,
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=ABORT_GRACE_S,

@@ -78,7 +78,7 @@ def prepare_response(
     effort = request.reasoning.effort if request.reasoning else None
     text = prompt_text(template, [*system, *messages], plan, effort)
     reasoning = reasoning_parser_name(reasoning_parser, text, source or "")
-    prompt, media = prompt_tokens(model, text, images)
+    prompt, media = prompt_tokens(model, text, images, "input")
     generation = prepare(
         model,
         response_id("resp"),

@@ -13,12 +13,46 @@ from mlxcel.serving.errors import invalid_request
 
 # json_object mode: any JSON object, as OpenAI's {"type": "json_object"} promises.
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
+# How far a JSON schema may nest (levels of objects and arrays, `properties` maps included: 20
+# nested objects) and how large it may be as JSON text. Checking and compiling a schema walk it
+# recursively; these keep that walk bounded.
+MAX_SCHEMA_DEPTH = 40
+MAX_SCHEMA_BYTES = 256 * 1024
+
+
+def _depth(value: Any) -> int:
+    """Levels of objects and arrays in a JSON value, counted without recursion."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            if level > MAX_SCHEMA_DEPTH:
+                break
+            stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def checked_schema(schema: Any, param: str) -> str:
-    """The schema as JSON text, or a 400 naming `param` if it is not a valid JSON Schema."""
+    """The schema as JSON text, or a 400 naming `param` if it is not a valid JSON Schema or
+    goes past MAX_SCHEMA_DEPTH or MAX_SCHEMA_BYTES."""
     if not isinstance(schema, dict):
         raise invalid_request("a JSON schema must be an object", param, "invalid_json_schema")
+    if _depth(schema) > MAX_SCHEMA_DEPTH:
+        raise invalid_request(
+            f"the JSON schema nests deeper than {MAX_SCHEMA_DEPTH} levels of objects and arrays",
+            param,
+            "json_schema_too_deep",
+        )
+    size = len(json.dumps(schema))
+    if size > MAX_SCHEMA_BYTES:
+        raise invalid_request(
+            f"the JSON schema is {size} bytes as JSON; the limit is {MAX_SCHEMA_BYTES}",
+            param,
+            "json_schema_too_large",
+        )
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:

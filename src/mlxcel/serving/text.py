@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -92,6 +93,35 @@ class Outcome:
     slot: int = -1
 
 
+# Slack over the longest token's length before a text is called too long from its size alone:
+# a tokenizer that normalizes (drops or merges characters) makes fewer tokens than its bytes.
+_SIZE_SLACK = 4
+_longest_tokens: weakref.WeakKeyDictionary[TextGenerator, int] = weakref.WeakKeyDictionary()
+
+
+def longest_token(generator: TextGenerator) -> int:
+    """The most bytes of text one of the model's tokens stands for (computed once a model)."""
+    longest = _longest_tokens.get(generator)
+    if longest is None:
+        pieces = (generator.token_bytes(t, special=True) for t in range(generator.n_vocab))
+        longest = _longest_tokens[generator] = max(1, *(len(piece) for piece in pieces))
+    return longest
+
+
+def check_text_size(generator: TextGenerator, text: str, param: str) -> None:
+    """A 400 for a text so long it cannot fit the context whatever its tokens, before it is
+    tokenized (which takes seconds for megabytes): no token covers more than the longest."""
+    limit = generator.n_ctx_seq * longest_token(generator) * _SIZE_SLACK
+    size = len(text.encode())
+    if size > limit:
+        raise invalid_request(
+            f"the prompt is {size} bytes, far more than the context of {generator.n_ctx_seq} "
+            "tokens can hold; shorten it or start the server with a larger -c",
+            param,
+            "context_length_exceeded",
+        )
+
+
 def tokenize_prompt(
     generator: TextGenerator, prompt: Prompt, *, bos: bool = True, parse_special: bool = True
 ) -> list[int]:
@@ -103,6 +133,7 @@ def tokenize_prompt(
         if isinstance(piece, int):
             tokens.append(piece)
         else:
+            check_text_size(generator, piece, "prompt")
             first = bos and generator.add_bos and position == 0
             tokens += generator.tokenize(piece, add_special=first, parse_special=parse_special)
     return tokens

@@ -24,6 +24,7 @@ from mlxcel.parsers.tools import (
 )
 from mlxcel.serving.chat_template import CHATML
 from mlxcel.serving.errors import invalid_request
+from mlxcel.serving.structured import checked_schema
 
 
 def _tools_preamble(parser: str) -> str:
@@ -102,6 +103,10 @@ def plan_tools(
         parser = detect_parser(template_source)
     if not tools and choice not in (None, "none", "auto"):
         raise invalid_request("tool_choice requires tools", "tool_choice")
+    for index, tool in enumerate(tools):
+        parameters = tool["function"].get("parameters")
+        if parameters is not None:
+            checked_schema(parameters, f"tools.{index}.function.parameters")
     if not tools or choice == "none":
         return None
     if isinstance(choice, dict):

@@ -12,6 +12,7 @@ from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.protocol.responses import MessageItem, ResponsesRequest
 from mlxcel.serving.errors import invalid_request
+from mlxcel.serving.text import check_text_size
 
 # A media part: its modality, the request field it sits in, its URL (None for audio) and
 # the field that holds the URL.
@@ -66,10 +67,12 @@ async def request_images(
 
 
 def prompt_tokens(
-    model: LoadedModel, text: str, images: Sequence[Image]
+    model: LoadedModel, text: str, images: Sequence[Image], param: str = "messages"
 ) -> tuple[list[int], tuple[MediaSpan, ...]]:
-    """A rendered prompt's tokens, and where its images sit (embedded here, on this thread)."""
+    """A rendered prompt's tokens, and where its images sit (embedded here, on this thread);
+    a text far beyond the context is refused from its size first (a 400 naming `param`)."""
     generator = model.generator
+    check_text_size(generator, text, param)
     if not images:
         return generator.tokenize(text, add_special=generator.add_bos, parse_special=True), ()
     if not isinstance(generator, SeesImages):

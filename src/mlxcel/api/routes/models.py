@@ -18,22 +18,23 @@ listing = APIRouter(dependencies=[Depends(require_api_key)])
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
 
-def _listed(entry: ModelEntry, created: int) -> dict[str, Any]:
+def _listed(entry: ModelEntry, request: Request) -> dict[str, Any]:
+    """One model as listed. Its path on disk only with an API key set (docs/security.md): on
+    an open server anything that reaches it (a page --cors-origins allows) would read it."""
     config = entry.config
+    meta: dict[str, Any] = {"backend": backend_label(config), "memory_bytes": entry.size}
+    if request.app.state.api_keys:
+        meta["path"] = str(config.model)
     listed: dict[str, Any] = {
         "id": entry.name,
         "object": "model",
-        "created": created,
+        "created": request.app.state.started,
         "owned_by": "mlxcel",
         "aliases": list(config.names[1:]),
         "capabilities": list(entry.capabilities),
         "input_modalities": list(config.input_modalities),
         "state": entry.state,
-        "meta": {
-            "backend": backend_label(config),
-            "path": str(config.model),
-            "memory_bytes": entry.size,
-        },
+        "meta": meta,
     }
     if entry.reason is not None:
         listed["reason"] = entry.reason
@@ -44,14 +45,13 @@ def _listed(entry: ModelEntry, created: int) -> dict[str, Any]:
 async def list_models(request: Request) -> dict[str, Any]:
     """The configured models in OpenAI's list shape, with their capabilities and state."""
     registry = loaded_registry(request)
-    created = request.app.state.started
-    return {"object": "list", "data": [_listed(e, created) for e in registry.entries()]}
+    return {"object": "list", "data": [_listed(e, request) for e in registry.entries()]}
 
 
 @listing.get("/models/{model_id:path}")
 async def retrieve_model(model_id: str, request: Request) -> dict[str, Any]:
     """One configured model by any of its names (hub ids hold a slash); 404 for other names."""
-    return _listed(entry_for(request, model_id, None), request.app.state.started)
+    return _listed(entry_for(request, model_id, None), request)
 
 
 @router.post("/models/load")
@@ -62,7 +62,7 @@ async def load(body: ModelAction, request: Request) -> dict[str, Any]:
         await loaded_registry(request).load(entry)
     except ModelUnavailable as exc:
         raise unavailable(exc) from exc
-    return {"success": True, **_listed(entry, request.app.state.started)}
+    return {"success": True, **_listed(entry, request)}
 
 
 @router.post("/models/unload")
@@ -73,4 +73,4 @@ async def unload(body: ModelAction, request: Request) -> dict[str, Any]:
         await loaded_registry(request).unload(entry)
     except ModelBusy as exc:
         raise APIError(409, str(exc), param="model", code="model_busy") from exc
-    return {"success": True, **_listed(entry, request.app.state.started)}
+    return {"success": True, **_listed(entry, request)}

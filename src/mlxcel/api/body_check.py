@@ -1,0 +1,122 @@
+"""A JSON body is checked whole before any route reads it: valid UTF-8, valid JSON, no lone
+surrogates, and nested no deeper than MAX_JSON_DEPTH.
+
+Python's JSON reader passes a lone UTF-16 surrogate through (escaped as "\\ud800", or as raw
+bytes), and such a string cannot be encoded again: the tokenizer would fail on it with a 500.
+Deep nesting is a RecursionError in the reader or in whatever walks the value after it. Each is
+a 400 here naming what is wrong (and where, as a dotted path), in the envelope of the route's
+API.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mlxcel.api.hosts import json_error
+from mlxcel.serving.errors import APIError
+
+# Levels of arrays and objects a body may nest. A chat request needs about 6; a JSON schema
+# inside one is held to its own limit (serving/structured.py).
+MAX_JSON_DEPTH = 64
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _problem(value: Any) -> APIError | None:
+    """What is wrong with a parsed body, walked without recursion."""
+    stack: list[tuple[Any, tuple[str, ...]]] = [(value, ())]
+    while stack:
+        item, where = stack.pop()
+        if len(where) > MAX_JSON_DEPTH:
+            param = ".".join(where[:8]) + ".…"
+            return APIError(
+                400,
+                f"the body nests deeper than {MAX_JSON_DEPTH} levels",
+                param=param,
+                code="json_too_deep",
+            )
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return _bad("a string holds a lone UTF-16 surrogate", where, "invalid_unicode")
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if _SURROGATE.search(key):
+                    return _bad("a key holds a lone UTF-16 surrogate", where, "invalid_unicode")
+                stack.append((child, (*where, key)))
+        elif isinstance(item, list):
+            stack.extend((child, (*where, str(i))) for i, child in enumerate(item))
+    return None
+
+
+def _bad(message: str, where: tuple[str, ...], code: str) -> APIError:
+    param = ".".join(where) or None
+    at = f" (at '{param}')" if param else ""
+    return APIError(400, message + at, param=param, code=code)
+
+
+def check_json(body: bytes) -> APIError | None:
+    """A 400 for a body that is not one this server can read as JSON, else None."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return APIError(
+            400, f"the body is not valid UTF-8 (at byte {exc.start})", code="invalid_unicode"
+        )
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        return APIError(
+            400, f"the body nests deeper than {MAX_JSON_DEPTH} levels", code="json_too_deep"
+        )
+    except ValueError as exc:
+        return APIError(400, f"the body is not valid JSON: {exc}", code="invalid_json")
+    return _problem(value)
+
+
+class JsonCheck:
+    """ASGI middleware: read a JSON body whole, answer 400 if `check_json` finds it wrong, and
+    hand the body on to the route otherwise. `envelope` shapes the error for the path's API."""
+
+    def __init__(self, app: ASGIApp, envelope: Any) -> None:
+        self.app = app
+        self.envelope = envelope
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not _json_body(scope):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                # The client left before its body was whole.
+                return
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        error = check_json(body) if body else None
+        if error is not None:
+            await json_error(send, error, self.envelope(scope["path"], error))
+            return
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
+def _json_body(scope: Scope) -> bool:
+    if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+        return False
+    content_type = dict(scope["headers"]).get(b"content-type", b"")
+    media = content_type.split(b";")[0].strip().lower()
+    return media == b"application/json" or media.endswith(b"+json")
