@@ -177,3 +177,21 @@ def _json_lines(proc: ServerProcess, request_id: str) -> list[dict[str, object]]
         if mine or time.monotonic() > deadline:
             return mine
         time.sleep(0.05)
+
+
+@pytest.mark.parametrize("field", ["user", "safety_identifier"])
+def test_a_newline_in_a_logged_field_forges_no_line(server: ServerProcess, field: str) -> None:
+    request_id = _request_id()
+    forged = f"x\n2026-01-01 00:00:00,000 INFO mlxcel.forged: [{request_id}] admin logged in\x1b[2J"
+    with server.http() as http:
+        response = http.post(
+            "/v1/chat/completions",
+            json={"messages": HI, "max_tokens": 1, field: forged},
+            headers={"X-Request-Id": request_id},
+        )
+    assert response.status_code == 200
+    lines = _lines_about(server, request_id)
+    assert not any("mlxcel.forged" in line.split(": ")[0] for line in lines)
+    user_line = next(line for line in lines if "user=" in line)
+    assert "user=x\\n2026-01-01" in user_line and "\\x1b[2J" in user_line
+    assert "\x1b" not in server.log()

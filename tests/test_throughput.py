@@ -112,7 +112,10 @@ def test_queue_full_and_queue_timeout(batched: ServerProcess) -> None:
         with (
             batched.http() as http,
             http.stream(
-                "POST", "/v1/completions", json={"prompt": "Count:", "stream": True, **LONG}
+                "POST",
+                "/v1/completions",
+                # Long enough to outlast both waiters below; stopped once they are done.
+                json={"prompt": "Count:", "stream": True, **LONG, "max_tokens": 2000},
             ) as response,
         ):
             lines = response.iter_lines()
@@ -143,6 +146,12 @@ def test_queue_full_and_queue_timeout(batched: ServerProcess) -> None:
     waiter.join()
     assert waited[0].status_code == 503
     assert "waited" in waited[0].json()["error"]["message"]
+    # A streamed Responses request that waits too long gets its 503 before the first byte too.
+    with batched.http() as http:
+        body = {"input": "hi", "max_output_tokens": 2, "stream": True}
+        streamed = http.post("/v1/responses", json=body)
+    assert streamed.status_code == 503, streamed.text
+    assert streamed.json()["error"]["type"] == "server_busy"
     stops.append(full)
     for thread in holders:
         thread.join()

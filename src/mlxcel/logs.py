@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -88,16 +89,32 @@ class _RequestId(logging.Filter):
         return True
 
 
+# What a text line shows escaped when a client's value carries it: a newline in a `user` field
+# would otherwise write a forged line of its own.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def escaped(value: Any) -> Any:
+    """A string with its control characters as escapes (\\n, \\x1b); other values as they are."""
+    if not isinstance(value, str):
+        return value
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), value)
+
+
 class _TextFormatter(logging.Formatter):
-    """`time LEVEL logger: [request id] message key=value ...`."""
+    """`time LEVEL logger: [request id] message key=value ...`, the values a line is
+    formatted with escaped (the message's own text and a traceback keep their newlines)."""
 
     def format(self, record: logging.LogRecord) -> str:
         request_id = getattr(record, "request_id", None)
-        record.tag = f"[{request_id}] " if request_id else ""
+        record = logging.makeLogRecord(record.__dict__)
+        if isinstance(record.args, tuple):
+            record.args = tuple(escaped(arg) for arg in record.args)
+        record.tag = f"[{escaped(request_id)}] " if request_id else ""
         line = super().format(record)
         extra = _extra(record)
         if extra:
-            pairs = " ".join(f"{k}={v}" for k, v in extra.items())
+            pairs = " ".join(f"{k}={escaped(v)}" for k, v in extra.items())
             first, newline, rest = line.partition("\n")
             line = f"{first} {pairs}{newline}{rest}"
         return line

@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from mlxcel.engine.types import TokenEvent
 from mlxcel.serving.errors import APIError
 from mlxcel.serving.response_store import ResponseStore
 from mlxcel.serving.responses import (
@@ -23,8 +24,12 @@ logger = logging.getLogger(__name__)
 
 
 async def response_events(run: ResponseRun, store: ResponseStore) -> AsyncIterator[dict[str, Any]]:
-    """The events of one streamed response; an engine failure ends it with response.failed."""
-    handle = start(run.generation)
+    """The events of one streamed response; an engine failure ends it with response.failed.
+
+    response.created waits for the engine's first event, so a request it refuses (a full
+    queue, a wait past --queue-timeout) still gets its HTTP status, as chat does."""
+    tokens = events(start(run.generation), run.generation)
+    first = await anext(tokens)
     numbers = itertools.count()
 
     def event(type_: str, **fields: Any) -> dict[str, Any]:
@@ -35,7 +40,7 @@ async def response_events(run: ResponseRun, store: ResponseStore) -> AsyncIterat
     yield event("response.in_progress", response=in_progress)
     output = run.output(event)
     try:
-        async for token in events(handle, run.generation):
+        async for token in _prepend(first, tokens):
             for item in output.feed(token.text):
                 yield item
             if token.finish_reason is None:
@@ -63,3 +68,9 @@ async def response_events(run: ResponseRun, store: ResponseStore) -> AsyncIterat
             yield item
         response = finish(run, store, "failed", output, None, error)
         yield event("response.failed", response=response)
+
+
+async def _prepend(first: TokenEvent, rest: AsyncIterator[TokenEvent]) -> AsyncIterator[TokenEvent]:
+    yield first
+    async for token in rest:
+        yield token
