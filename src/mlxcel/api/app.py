@@ -14,6 +14,7 @@ from mlxcel.api.cors import Cors
 from mlxcel.api.errors import install_error_handlers
 from mlxcel.api.hosts import HostAllowlist
 from mlxcel.api.limits import BodySizeLimit, JsonByDefault
+from mlxcel.api.openapi import install_openapi
 from mlxcel.api.routes import (
     anthropic,
     audio,
@@ -42,7 +43,7 @@ def _envelope(path: str, error: APIError) -> bytes | None:
 
 def create_app(config: ServerConfig) -> FastAPI:
     """An app that answers 503 on /health until `app.state.registry` is set."""
-    app = FastAPI(title="mlxcel", docs_url=None, redoc_url=None)
+    app = FastAPI(title="mlxcel", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.registry = None
     app.state.load_error = None
     app.state.api_keys = config.api_keys
@@ -65,11 +66,12 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(observe.router)
     if config.webui:
         app.include_router(webui_router())
+    install_openapi(app, config)
     app.add_middleware(HoldModels)
     # Inside the body limit, which bounds what it reads.
     app.add_middleware(JsonCheck, envelope=_envelope)
     app.add_middleware(JsonByDefault)
-    app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes)
+    app.add_middleware(BodySizeLimit, max_bytes=config.max_body_bytes, envelope=_envelope)
     # Outside the body limit, so a browser can read a 413 too; a foreign origin gets 403
     # before anything reads its body.
     app.add_middleware(Cors, origins=config.cors_origins)

@@ -16,7 +16,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mlxcel.api.hosts import json_error
+from mlxcel.api.hosts import Envelope, json_error
 from mlxcel.serving.errors import APIError
 
 # Levels of arrays and objects a body may nest. A chat request needs about 6; a JSON schema
@@ -80,7 +80,7 @@ class JsonCheck:
     """ASGI middleware: read a JSON body whole, answer 400 if `check_json` finds it wrong, and
     hand the body on to the route otherwise. `envelope` shapes the error for the path's API."""
 
-    def __init__(self, app: ASGIApp, envelope: Any) -> None:
+    def __init__(self, app: ASGIApp, envelope: Envelope) -> None:
         self.app = app
         self.envelope = envelope
 

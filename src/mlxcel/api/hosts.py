@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+from collections.abc import Callable
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -19,6 +20,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mlxcel.serving.errors import APIError
 
 ANY_HOST = "*"
+# The body of an error a middleware answers on a path: None for the OpenAI envelope.
+Envelope = Callable[[str, APIError], bytes | None]
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 _NAME = re.compile(r"^[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?$")
 

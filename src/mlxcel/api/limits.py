@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mlxcel.api.hosts import Envelope, json_error
 from mlxcel.serving.errors import APIError
 
 
@@ -20,9 +19,10 @@ class BodyTooLarge(HTTPException):
 class BodySizeLimit:
     """ASGI middleware: 413 in the error envelope when a body exceeds `max_bytes`."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, envelope: Envelope) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.envelope = envelope
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -30,7 +30,7 @@ class BodySizeLimit:
             return
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await self._reject(send)
+            await self._reject(scope, send)
             return
         seen = 0
         started = False
@@ -53,24 +53,13 @@ class BodySizeLimit:
             await self.app(scope, counted_receive, tracked_send)
         except BodyTooLarge:
             if not started:
-                await self._reject(send)
+                await self._reject(scope, send)
 
-    async def _reject(self, send: Send) -> None:
+    async def _reject(self, scope: Scope, send: Send) -> None:
         error = APIError(
             413, f"request body is larger than {self.max_bytes} bytes", code="request_too_large"
         )
-        body = json.dumps(error.body()).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await json_error(send, error, self.envelope(scope["path"], error))
 
 
 class JsonByDefault:

@@ -54,6 +54,11 @@ class Refused:
     ) -> core_schema.CoreSchema:
         return core_schema.no_info_after_validator_function(self._check, handler(source))
 
+    @property
+    def only_null(self) -> bool:
+        """Whether no value but null passes (the field is never taken)."""
+        return self.accepts is _is_null
+
     def _check(self, value: Any) -> Any:
         if not self.accepts(value):
             raise PydanticCustomError("unsupported_value", self.why)
