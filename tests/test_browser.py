@@ -81,8 +81,11 @@ def test_the_servers_own_origin_is_served(server: ServerProcess, http: httpx.Cli
 def test_models_hide_the_disk_path_without_a_key(http: httpx.Client, named: ServerProcess) -> None:
     listed = http.get("/v1/models").json()["data"][0]
     assert "path" not in listed["meta"] and listed["meta"]["backend"] == "llama.cpp"
+    name = http.get("/props").json()["model_path"]
+    assert name.endswith(".gguf") and "/" not in name
     with named.http(headers={"Authorization": f"Bearer {KEY}"}) as keyed:
         assert keyed.get("/v1/models").json()["data"][0]["meta"]["path"].endswith(".gguf")
+        assert keyed.get("/props").json()["model_path"].startswith("/")
 
 
 def test_non_ascii_api_keys_are_refused_at_startup(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -52,7 +53,11 @@ async def apply_template(body: ChatCompletionRequest, request: Request) -> dict[
 async def props(request: Request, model: str | None = None) -> dict[str, Any]:
     """Server properties and the generation defaults, in llama-server's shape."""
     loaded = await model_for(request, model)
-    return native.props(loaded, loaded.n_predict)
+    answer = native.props(loaded, loaded.n_predict)
+    if not request.app.state.api_keys:
+        # Only the file's name on an open server (docs/security.md): not where it lives.
+        answer["model_path"] = Path(answer["model_path"]).name
+    return answer
 
 
 @router.post("/v1/chat/completions/input_tokens")
