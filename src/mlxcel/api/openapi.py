@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 import mlxcel.protocol
 from mlxcel.api.auth import require_api_key
+from mlxcel.api.routes.embeddings import RERANK_PATHS
 from mlxcel.config import ServerConfig
 from mlxcel.protocol.policy import Refused
 
@@ -115,7 +116,42 @@ ANTHROPIC_ERROR = _object(
     {"type": {"const": "error"}, "error": _object({"type": _STRING, "message": _STRING})}
 )
 
-# (method, path) -> the 200 body; None: the route also streams it as server-sent events.
+EMBEDDINGS = _object(
+    {
+        "object": {"const": "list"},
+        "data": {
+            "type": "array",
+            "items": _object({"object": {"const": "embedding"}, "index": _INT, "embedding": _ANY}),
+        },
+        "model": _STRING,
+        "usage": _object({"prompt_tokens": _INT, "total_tokens": _INT}),
+    }
+)
+NATIVE_EMBEDDINGS = {"type": "array", "items": _object({"index": _INT, "embedding": _ARRAY})}
+RERANK = {
+    "anyOf": [
+        _object({"results": {"type": "array", "items": _object({"index": _INT})}}),
+        {"type": "array", "items": _object({"index": _INT})},
+    ]
+}
+_BINARY = {"schema": {"type": "string", "format": "binary"}}
+_TEXT = {"schema": _STRING}
+# Answers in other media types than JSON, by (method, path), beside those _BODIES gives.
+_OTHER_CONTENT: dict[tuple[str, str], dict[str, Any]] = {
+    ("post", "/v1/audio/transcriptions"): {
+        "text/plain": _TEXT,
+        "application/x-subrip": _TEXT,
+        "text/vtt": _TEXT,
+    },
+    ("post", "/v1/audio/translations"): {
+        "text/plain": _TEXT,
+        "application/x-subrip": _TEXT,
+        "text/vtt": _TEXT,
+    },
+    ("post", "/v1/audio/speech"): {"audio/*": _BINARY},
+}
+
+# (method, path) -> the 200 body, and whether the route also streams server-sent events.
 _BODIES: dict[tuple[str, str], tuple[dict[str, Any], bool]] = {
     ("get", "/health"): (_object({"status": _STRING}), False),
     ("get", "/v1/health"): (_object({"status": _STRING}), False),
@@ -144,7 +180,19 @@ _BODIES: dict[tuple[str, str], tuple[dict[str, Any], bool]] = {
     ("post", "/v1/messages"): (MESSAGE, True),
     ("post", "/v1/messages/count_tokens"): (_object({"input_tokens": _INT}), False),
     ("get", "/slots"): ({"type": "array", "items": {"type": "object"}}, False),
+    ("post", "/v1/embeddings"): (EMBEDDINGS, False),
+    ("post", "/embedding"): (NATIVE_EMBEDDINGS, False),
+    ("post", "/embeddings"): ({"anyOf": [EMBEDDINGS, NATIVE_EMBEDDINGS]}, False),
+    **{("post", path): (RERANK, False) for path in RERANK_PATHS},
+    ("post", "/v1/audio/transcriptions"): (_object({"text": _STRING}), True),
+    ("post", "/v1/audio/translations"): (_object({"text": _STRING}), True),
+    ("get", "/v1/audio/voices"): (
+        _object({"object": {"const": "list"}, "data": {"type": "array"}}),
+        False,
+    ),
 }
+# Speech answers audio, or events with stream_format "sse"; never JSON.
+_SPEECH = ("post", "/v1/audio/speech")
 _PUBLIC = frozenset({"/health", "/v1/health"})
 _REASONS = {
     400: "Invalid request: body, field, JSON, Unicode, Host header, or a limit passed",
@@ -176,9 +224,14 @@ def _responses(method: str, path: str, secured: bool, current: dict[str, Any]) -
     ok = dict(current.get("200", {"description": "OK"}))
     if path == "/metrics":
         ok["content"] = {"text/plain": {"schema": {**_STRING, "description": "Prometheus text"}}}
+    elif (method, path) == _SPEECH:
+        ok["content"] = {**_OTHER_CONTENT[_SPEECH], "text/event-stream": {"schema": SSE_EVENT}}
     elif (method, path) in _BODIES:
         body, streams = _BODIES[(method, path)]
-        ok["content"] = {"application/json": {"schema": body}}
+        ok["content"] = {
+            "application/json": {"schema": body},
+            **_OTHER_CONTENT.get((method, path), {}),
+        }
         if streams:
             ok["content"]["text/event-stream"] = {"schema": SSE_EVENT}
     responses["200"] = ok
