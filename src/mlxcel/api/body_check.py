@@ -17,12 +17,15 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlxcel.api.hosts import Envelope, json_error
+from mlxcel.api.limits import GUESSED_JSON
 from mlxcel.serving.errors import APIError
 
 # Levels of arrays and objects a body may nest. A chat request needs about 6; a JSON schema
 # inside one is held to its own limit (serving/structured.py).
 MAX_JSON_DEPTH = 64
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# What a body whose type was only guessed may be: not JSON at all.
+_UNREAD = ("invalid_json", "invalid_utf8")
 
 
 def _problem(value: Any) -> APIError | None:
@@ -63,7 +66,7 @@ def check_json(body: bytes) -> APIError | None:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         return APIError(
-            400, f"the body is not valid UTF-8 (at byte {exc.start})", code="invalid_unicode"
+            400, f"the body is not valid UTF-8 (at byte {exc.start})", code="invalid_utf8"
         )
     try:
         value = json.loads(text)
@@ -99,6 +102,9 @@ class JsonCheck:
             more = message.get("more_body", False)
         body = b"".join(chunks)
         error = check_json(body) if body else None
+        if error is not None and scope.get(GUESSED_JSON) and error.code in _UNREAD:
+            # Labelled JSON only by guess (a form, or no type): the route reads it its way.
+            error = None
         if error is not None:
             await json_error(send, error, self.envelope(scope["path"], error))
             return

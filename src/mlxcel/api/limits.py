@@ -62,6 +62,10 @@ class BodySizeLimit:
         await json_error(send, error, self.envelope(scope["path"], error))
 
 
+# Set in the scope of a request whose body JsonByDefault labelled JSON without its saying so.
+GUESSED_JSON = "mlxcel.guessed_json"
+
+
 class JsonByDefault:
     """ASGI middleware: read a POST body as JSON unless it says it is something else.
 
@@ -79,5 +83,6 @@ class JsonByDefault:
             headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
             given = dict(scope["headers"]).get(b"content-type", b"").split(b";")[0].strip()
             if given in self._GUESSED:
-                scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+                json_type = (b"content-type", b"application/json")
+                scope = {**scope, "headers": [*headers, json_type], GUESSED_JSON: True}
         await self.app(scope, receive, send)
