@@ -13,266 +13,24 @@ from pathlib import Path
 
 import mlxcel
 from mlxcel import config as defaults
-from mlxcel.cli_encoders import encoder_arguments, encoder_config
+from mlxcel.cli_arguments import serve_arguments
+from mlxcel.cli_encoders import encoder_config
 from mlxcel.cli_launch import launch_arguments, launch_argv
-from mlxcel.cli_llama_server import check_llama_server_arguments, llama_server_arguments
-from mlxcel.cli_media import media_arguments, media_policy
+from mlxcel.cli_llama_server import check_llama_server_arguments
+from mlxcel.cli_media import media_policy
 from mlxcel.cli_models import SIDE_MODELS, fail, file_models, side_models
-from mlxcel.cli_security import check_api_keys, security_arguments, security_settings
+from mlxcel.cli_security import check_api_keys, security_settings
 from mlxcel.config import ModelConfig, ServerConfig, parse_origins
 from mlxcel.config_file import (
     ConfigError,
     read_config,
 )
-from mlxcel.logs import LOG_FORMATS, LOG_LEVELS, configure
-from mlxcel.models.memory import parse_size
-from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
-from mlxcel.parsers.tools import PARSERS
+from mlxcel.logs import configure
 from mlxcel.weights import WeightsError, hub_id, resolve_model
 
 logger = logging.getLogger("mlxcel.cli")
 
 _SERVER_FLAGS = ("host", "port", "socket", "log_level", "max_memory")
-
-
-def _serve_arguments(parser: argparse.ArgumentParser) -> None:
-    add = parser.add_argument
-    add(
-        "-m",
-        "--model",
-        metavar="PATH",
-        help="GGUF file, MLX or Hugging Face model directory, or hub id like org/name "
-        "(default: the embedded SmolLM2-135M-Instruct)",
-    )
-    add(
-        "-a",
-        "--alias",
-        metavar="NAME[,NAME]",
-        help="served model names, comma-separated; the first is its id (default: the file stem)",
-    )
-    add(
-        "--config",
-        type=Path,
-        metavar="FILE",
-        help="YAML file with a server: section and a models: list (mlx-openai-server's "
-        "files load as they are); replaces -m and the side-model flags",
-    )
-    for dest, kind in SIDE_MODELS.items():
-        add(
-            f"--{dest.replace('_', '-')}",
-            metavar="MODEL",
-            help=f"also serve this {defaults.KIND_NAMES[kind]} model: a path, a hub id or default",
-        )
-    add(
-        "--backend",
-        choices=defaults.BACKENDS,
-        default=defaults.DEFAULT_BACKEND,
-        help="engine: auto is llama.cpp for a .gguf file and MLX for a model directory or "
-        "hub id (default: %(default)s)",
-    )
-    add("--host", default=defaults.DEFAULT_HOST, help="address to listen on (default: %(default)s)")
-    add(
-        "--port",
-        type=int,
-        default=defaults.DEFAULT_PORT,
-        help="TCP port to listen on (default: %(default)s)",
-    )
-    add(
-        "--socket",
-        metavar="PATH",
-        type=Path,
-        help="listen on this Unix domain socket (mode 0600) instead of TCP",
-    )
-    add(
-        "--api-key",
-        action="append",
-        default=[],
-        metavar="KEY",
-        help=f"require this API key; repeatable (also ${defaults.API_KEY_ENV}, comma-separated)",
-    )
-    add("--api-key-file", type=Path, metavar="FILE", help="file with one API key per line")
-    add(
-        "-c",
-        "--ctx-size",
-        type=int,
-        default=defaults.DEFAULT_CTX_SIZE,
-        metavar="N",
-        help="context size in tokens, shared by the parallel slots; 0 = the model's own "
-        "(default: %(default)s)",
-    )
-    add(
-        "-n",
-        "--n-predict",
-        type=int,
-        default=defaults.DEFAULT_N_PREDICT,
-        metavar="N",
-        help="max tokens when a request sets none; -1 = until the context is full "
-        "(default: %(default)s)",
-    )
-    add(
-        "-t",
-        "--threads",
-        type=int,
-        default=defaults.default_threads(),
-        metavar="N",
-        help="CPU threads for generation (default: %(default)s, the usable cores)",
-    )
-    add(
-        "-np",
-        "--parallel",
-        type=int,
-        default=defaults.DEFAULT_PARALLEL,
-        metavar="N",
-        help="sequences decoded together (default: %(default)s)",
-    )
-    add(
-        "-b",
-        "--batch-size",
-        type=int,
-        default=defaults.DEFAULT_BATCH_SIZE,
-        metavar="N",
-        help="most prompt tokens evaluated per step (default: %(default)s)",
-    )
-    add(
-        "--queue-size",
-        type=int,
-        default=defaults.DEFAULT_QUEUE_SIZE,
-        metavar="N",
-        help="requests that may wait for a slot before new ones get 503 (default: %(default)s)",
-    )
-    add(
-        "-ub",
-        "--ubatch-size",
-        type=int,
-        default=defaults.DEFAULT_UBATCH_SIZE,
-        metavar="N",
-        help="physical batch: most tokens per forward pass (default: %(default)s)",
-    )
-    add(
-        "--tool-call-parser",
-        choices=["auto", *PARSERS],
-        default="auto",
-        help="how tool calls are read from output; auto follows the chat template "
-        "(default: %(default)s)",
-    )
-    add(
-        "--reasoning-parser",
-        choices=["auto", "none", *REASONING_PARSERS, "harmony"],
-        default="auto",
-        help="how thinking is split from answers; auto reads the template's <think> tags or "
-        "channel markup "
-        "(default: %(default)s)",
-    )
-    add(
-        "-cram",
-        "--cache-ram",
-        type=int,
-        default=defaults.DEFAULT_CACHE_RAM_MIB,
-        metavar="MiB",
-        help="host memory for prompt KV state that slots give up, reused by later requests "
-        "that share its prefix; -1 = no limit, 0 = off (default: %(default)s)",
-    )
-    add(
-        "--chat-template-file",
-        type=Path,
-        metavar="FILE",
-        help="Jinja chat template to use instead of the model's own",
-    )
-    add(
-        "--queue-timeout",
-        type=float,
-        default=defaults.DEFAULT_QUEUE_TIMEOUT,
-        metavar="S",
-        help="seconds a request may wait for a slot before it gets 503; 0 = no limit "
-        "(default: %(default)s)",
-    )
-    add(
-        "--temp",
-        type=float,
-        metavar="T",
-        help="temperature when a request sets none (default: the model's, else 0.8)",
-    )
-    add(
-        "--top-p",
-        type=float,
-        metavar="P",
-        help="top_p when a request sets none (default: the model's, else 0.95)",
-    )
-    add(
-        "--top-k",
-        type=int,
-        metavar="K",
-        help="top_k when a request sets none; 0 disables (default: the model's, else 40)",
-    )
-    add(
-        "--min-p",
-        type=float,
-        metavar="P",
-        help="min_p when a request sets none (default: the model's, else 0.05)",
-    )
-    add(
-        "--repeat-penalty",
-        type=float,
-        metavar="X",
-        help="repeat penalty when a request sets none (default: the model's, else 1.0)",
-    )
-    add(
-        "--p-less",
-        action="store_true",
-        help="p-less sampling for requests that set neither p_less nor p_less_norm",
-    )
-    add(
-        "--p-less-norm",
-        action="store_true",
-        help="normalised p-less sampling for requests that set neither p_less nor p_less_norm",
-    )
-    add(
-        "--max-memory",
-        type=_memory_size,
-        metavar="SIZE",
-        help="memory the loaded models may hold together (bytes, 512M, 8G, or a percentage "
-        "of RAM like 50%%); idle models are unloaded to make room, least recently used first "
-        "(default: no limit)",
-    )
-    add(
-        "--shutdown-timeout",
-        type=float,
-        default=defaults.DEFAULT_SHUTDOWN_TIMEOUT,
-        metavar="S",
-        help="on SIGTERM or SIGINT, seconds the requests in flight may take to finish before "
-        "they end with an error (default: %(default)s)",
-    )
-    add(
-        "--exit-on-stdin-close",
-        action="store_true",
-        help="shut down when standard input reaches end of file (the Python client's managed "
-        "server follows its parent process so)",
-    )
-    add("--no-warmup", action="store_true", help="skip the warm-up run after loading")
-    add("--no-webui", action="store_true", help="do not serve the browser playground at /")
-    add(
-        "--log-level",
-        choices=LOG_LEVELS,
-        default=defaults.DEFAULT_LOG_LEVEL,
-        help="log verbosity (default: %(default)s)",
-    )
-    add(
-        "--log-format",
-        choices=LOG_FORMATS,
-        default=LOG_FORMATS[0],
-        help="text lines, or one JSON object per line for log shippers (default: %(default)s)",
-    )
-    llama_server_arguments(parser)
-    encoder_arguments(parser)
-    media_arguments(parser)
-    security_arguments(parser)
-
-
-def _memory_size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _api_keys(args: argparse.Namespace) -> tuple[str, ...]:
@@ -428,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve = commands.add_parser(
         "serve", help="start the server", description="Start the OpenAI-compatible server."
     )
-    _serve_arguments(serve)
+    serve_arguments(serve)
     launch = commands.add_parser(
         "launch",
         help="start the server with mlx-openai-server's `launch` flags",
@@ -452,7 +210,7 @@ def server_main(argv: Sequence[str] | None = None) -> int:
         prog="mlxcel-server", description="Start the OpenAI-compatible server."
     )
     _add_version(parser)
-    _serve_arguments(parser)
+    serve_arguments(parser)
     return _run_server(parser, parser.parse_args(argv))
 
 

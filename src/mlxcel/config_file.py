@@ -7,17 +7,14 @@ naming the file, the line and the key.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from mlxcel import config_values as to
 from mlxcel.config import BACKENDS, KIND_NAMES, KINDS, SERVABLE_KINDS, Kind
-from mlxcel.logs import LOG_LEVELS
-from mlxcel.models.memory import parse_size
 from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
 from mlxcel.parsers.tools import PARSERS as TOOL_PARSERS
 
@@ -37,8 +34,6 @@ REASONING_PARSER_NAMES = {
 }
 # mlx-openai-server leaves an on-demand model loaded this long when idle, unless told.
 ON_DEMAND_IDLE_TIMEOUT_S = 60.0
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)?")
-_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class ConfigError(ValueError):
@@ -78,78 +73,8 @@ class FileConfig:
         return f"{self.path}:{line}"
 
 
-Convert = Callable[[Any], Any]
-
-
-def _integer(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"expected an integer, got {value!r}")
-    return value
-
-
-def _at_least(minimum: int, maximum: int | None = None) -> Convert:
-    def convert(value: Any) -> int:
-        number = _integer(value)
-        if number < minimum or (maximum is not None and number > maximum):
-            upper = f" and at most {maximum}" if maximum is not None else ""
-            raise ValueError(f"must be at least {minimum}{upper}, got {number}")
-        return number
-
-    return convert
-
-
-def _number(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"expected a number, got {value!r}")
-    return float(value)
-
-
-def _boolean(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {value!r}")
-    return value
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or value == "":
-        raise ValueError(f"expected a string, got {value!r}")
-    return str(value)
-
-
-def duration(value: Any) -> float:
-    """Seconds from a number or a string like `90`, `30s`, `5m`, `1h`."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        match = _DURATION.fullmatch(str(value).strip())
-        if match is None:
-            raise ValueError(f"expected seconds or a duration like 30s, 5m, got {value!r}")
-        seconds = float(match.group(1)) * _UNITS[match.group(2)]
-    if seconds < 0:
-        raise ValueError(f"must not be negative, got {value!r}")
-    return seconds
-
-
-def _names(value: Any) -> tuple[str, ...]:
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, list):
-        raise ValueError(f"expected a list of names, got {value!r}")
-    return tuple(_text(item).strip() for item in items if str(item).strip())
-
-
-def _choice(options: tuple[str, ...], renamed: dict[str, str] | None = None) -> Convert:
-    def convert(value: Any) -> str:
-        text = _text(value)
-        text = (renamed or {}).get(text, text)
-        if text not in options:
-            raise ValueError(f"expected one of {', '.join(options)}, got {text!r}")
-        return text
-
-    return convert
-
-
 def _kind(value: Any) -> Kind:
-    text = _text(value)
+    text = to.text(value)
     if text in MODEL_TYPES:
         return MODEL_TYPES[text]
     for kind in KINDS:
@@ -159,103 +84,66 @@ def _kind(value: Any) -> Kind:
     raise ValueError(f"expected one of {options}, got {text!r}")
 
 
-def _path(value: Any) -> Path:
-    return Path(_text(value)).expanduser()
-
-
-def _size(value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    return parse_size(_text(value))
-
-
-def _object(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ValueError(f"expected a mapping of template variables, got {value!r}")
-    return value
-
-
-def _gpu_layers(value: Any) -> int:
-    """-ngl's values: a count, or auto / all (-1: every layer)."""
-    if value in ("auto", "all"):
-        return -1
-    return _at_least(-1)(value)
-
-
-_SWITCH = ("on", "off", "auto")
-
-
-def _switch(value: Any) -> str:
-    """on / off / auto; YAML reads a bare on or off as true or false."""
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return _choice(_SWITCH)(value)
-
-
-def _log_level(value: Any) -> str:
-    return _choice(LOG_LEVELS)(_text(value).lower())
-
-
 # key -> (ModelConfig field, converter). Aliases are mlx-openai-server's names.
-MODEL_KEYS: dict[str, tuple[str, Convert]] = {
-    "model": ("model", _text),
-    "model_path": ("model", _text),
+MODEL_KEYS: dict[str, tuple[str, to.Convert]] = {
+    "model": ("model", to.text),
+    "model_path": ("model", to.text),
     "kind": ("kind", _kind),
     "model_type": ("kind", _kind),
-    "name": ("alias", _text),
-    "served_model_name": ("alias", _text),
-    "aliases": ("aliases", _names),
-    "model_id": ("aliases", _names),
-    "backend": ("backend", _choice(BACKENDS)),
-    "ctx_size": ("ctx_size", _at_least(0)),
-    "context_length": ("ctx_size", _at_least(0)),
-    "n_predict": ("n_predict", _at_least(-1)),
-    "max_tokens": ("n_predict", _at_least(-1)),
-    "default_max_tokens": ("n_predict", _at_least(-1)),
-    "threads": ("threads", _at_least(1)),
-    "parallel": ("parallel", _at_least(1)),
-    "max_concurrency": ("parallel", _at_least(1)),
-    "batch_size": ("batch_size", _at_least(1)),
-    "ubatch_size": ("ubatch_size", _at_least(1)),
-    "queue_size": ("queue_size", _at_least(0)),
-    "queue_timeout": ("queue_timeout", duration),
-    "warmup": ("warmup", _boolean),
+    "name": ("alias", to.text),
+    "served_model_name": ("alias", to.text),
+    "aliases": ("aliases", to.names),
+    "model_id": ("aliases", to.names),
+    "backend": ("backend", to.choice(BACKENDS)),
+    "ctx_size": ("ctx_size", to.at_least(0)),
+    "context_length": ("ctx_size", to.at_least(0)),
+    "n_predict": ("n_predict", to.at_least(-1)),
+    "max_tokens": ("n_predict", to.at_least(-1)),
+    "default_max_tokens": ("n_predict", to.at_least(-1)),
+    "threads": ("threads", to.at_least(1)),
+    "parallel": ("parallel", to.at_least(1)),
+    "max_concurrency": ("parallel", to.at_least(1)),
+    "batch_size": ("batch_size", to.at_least(1)),
+    "ubatch_size": ("ubatch_size", to.at_least(1)),
+    "queue_size": ("queue_size", to.at_least(0)),
+    "queue_timeout": ("queue_timeout", to.duration),
+    "warmup": ("warmup", to.boolean),
     "tool_call_parser": (
         "tool_call_parser",
-        _choice(("auto", *TOOL_PARSERS), TOOL_PARSER_NAMES),
+        to.choice(("auto", *TOOL_PARSERS), TOOL_PARSER_NAMES),
     ),
     "reasoning_parser": (
         "reasoning_parser",
-        _choice(("auto", "none", *REASONING_PARSERS, "harmony"), REASONING_PARSER_NAMES),
+        to.choice(("auto", "none", *REASONING_PARSERS, "harmony"), REASONING_PARSER_NAMES),
     ),
-    "chat_template_file": ("chat_template_file", _path),
-    "mmproj": ("mmproj", _path),
-    "cache_ram": ("cache_ram_mib", _at_least(-1)),
-    "temperature": ("temperature", _number),
-    "default_temperature": ("temperature", _number),
-    "top_p": ("top_p", _number),
-    "default_top_p": ("top_p", _number),
-    "top_k": ("top_k", _integer),
-    "default_top_k": ("top_k", _integer),
-    "min_p": ("min_p", _number),
-    "default_min_p": ("min_p", _number),
-    "repeat_penalty": ("repeat_penalty", _number),
-    "default_repetition_penalty": ("repeat_penalty", _number),
-    "p_less": ("p_less", _boolean),
-    "p_less_norm": ("p_less_norm", _boolean),
-    "seed": ("seed", _at_least(0)),
-    "reasoning": ("reasoning", _switch),
-    "chat_template": ("chat_template", _text),
-    "chat_template_kwargs": ("chat_template_kwargs", _object),
-    "jinja": ("jinja", _boolean),
-    "n_gpu_layers": ("n_gpu_layers", _gpu_layers),
-    "flash_attn": ("flash_attn", _switch),
-    "mmap": ("mmap", _boolean),
-    "mlock": ("mlock", _boolean),
-    "on_demand": ("on_demand", _boolean),
-    "idle_timeout": ("idle_timeout", duration),
-    "on_demand_idle_timeout": ("idle_timeout", duration),
-    "pinned": ("pinned", _boolean),
+    "chat_template_file": ("chat_template_file", to.path),
+    "mmproj": ("mmproj", to.path),
+    "cache_ram": ("cache_ram_mib", to.at_least(-1)),
+    "temperature": ("temperature", to.number),
+    "default_temperature": ("temperature", to.number),
+    "top_p": ("top_p", to.number),
+    "default_top_p": ("top_p", to.number),
+    "top_k": ("top_k", to.integer),
+    "default_top_k": ("top_k", to.integer),
+    "min_p": ("min_p", to.number),
+    "default_min_p": ("min_p", to.number),
+    "repeat_penalty": ("repeat_penalty", to.number),
+    "default_repetition_penalty": ("repeat_penalty", to.number),
+    "p_less": ("p_less", to.boolean),
+    "p_less_norm": ("p_less_norm", to.boolean),
+    "seed": ("seed", to.at_least(0)),
+    "reasoning": ("reasoning", to.switch),
+    "chat_template": ("chat_template", to.text),
+    "chat_template_kwargs": ("chat_template_kwargs", to.template_vars),
+    "jinja": ("jinja", to.boolean),
+    "n_gpu_layers": ("n_gpu_layers", to.gpu_layers),
+    "flash_attn": ("flash_attn", to.switch),
+    "mmap": ("mmap", to.boolean),
+    "mlock": ("mlock", to.boolean),
+    "on_demand": ("on_demand", to.boolean),
+    "idle_timeout": ("idle_timeout", to.duration),
+    "on_demand_idle_timeout": ("idle_timeout", to.duration),
+    "pinned": ("pinned", to.boolean),
 }
 # mlx-openai-server's model keys we accept and do not act on yet (reported at startup).
 MODEL_KEYS_IGNORED = frozenset(
@@ -278,15 +166,15 @@ MODEL_KEYS_IGNORED = frozenset(
 )
 # Prefixes of such keys: default_* sampling keys we have no field for, prompt_cache_*.
 MODEL_PREFIXES_IGNORED = ("default_", "prompt_cache_")
-SERVER_KEYS: dict[str, tuple[str, Convert]] = {
-    "host": ("host", _text),
-    "port": ("port", _at_least(1, 65535)),
-    "socket": ("socket", _path),
-    "api_keys": ("api_keys", _names),
-    "api_key": ("api_keys", _names),
-    "log_level": ("log_level", _log_level),
-    "max_body_bytes": ("max_body_bytes", _integer),
-    "max_memory": ("max_memory", _size),
+SERVER_KEYS: dict[str, tuple[str, to.Convert]] = {
+    "host": ("host", to.text),
+    "port": ("port", to.at_least(1, 65535)),
+    "socket": ("socket", to.path),
+    "api_keys": ("api_keys", to.names),
+    "api_key": ("api_keys", to.names),
+    "log_level": ("log_level", to.log_level),
+    "max_body_bytes": ("max_body_bytes", to.integer),
+    "max_memory": ("max_memory", to.size),
 }
 SERVER_KEYS_IGNORED = frozenset(
     {"log_file", "no_log_file", "max_loaded_models", "model_load_timeout", "enable_status_page"}
@@ -320,7 +208,7 @@ def _section(
     node: yaml.Node,
     where: str,
     what: str,
-    keys: dict[str, tuple[str, Convert]],
+    keys: dict[str, tuple[str, to.Convert]],
     ignored_keys: frozenset[str],
     ignored_prefixes: tuple[str, ...],
     ignored: list[str],

@@ -19,11 +19,11 @@ from mlxcel.serving.text import (
     prepare_choices,
     stream_all,
     system_fingerprint,
-    tokenize_prompt,
     total_usage,
     usage_chunk,
 )
 from mlxcel.serving.timings import answer_timings, progress_chunk, with_timings
+from mlxcel.serving.tokens import tokenize_prompt
 
 
 @dataclass

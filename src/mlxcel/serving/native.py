@@ -24,16 +24,14 @@ from mlxcel.serving.sampling import sampling_params
 from mlxcel.serving.text import (
     Generation,
     Outcome,
-    check_vocabulary,
     collect_all,
-    detokenize_ids,
     finished,
     new_id,
     prepare_choices,
     stream_all,
-    tokenize_prompt,
 )
 from mlxcel.serving.timings import timings_of
+from mlxcel.serving.tokens import check_vocabulary, detokenize_ids, tokenize_prompt
 
 # What llama-server reports as the seed of a request that asked for none (LLAMA_DEFAULT_SEED).
 RANDOM_SEED = 0xFFFFFFFF

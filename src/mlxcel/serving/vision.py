@@ -12,7 +12,7 @@ from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.protocol.responses import MessageItem, ResponsesRequest
 from mlxcel.serving.errors import invalid_request
-from mlxcel.serving.text import check_text_size
+from mlxcel.serving.tokens import check_text_size
 
 # A media part: its modality, the request field it sits in, its URL (None for audio) and
 # the field that holds the URL.

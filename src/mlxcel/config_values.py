@@ -1,0 +1,121 @@
+"""Converters for config file values: each checks one value and says what it expected."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mlxcel.logs import LOG_LEVELS
+from mlxcel.models.memory import parse_size
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)?")
+_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+Convert = Callable[[Any], Any]
+
+
+def integer(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected an integer, got {value!r}")
+    return value
+
+
+def at_least(minimum: int, maximum: int | None = None) -> Convert:
+    def convert(value: Any) -> int:
+        number = integer(value)
+        if number < minimum or (maximum is not None and number > maximum):
+            upper = f" and at most {maximum}" if maximum is not None else ""
+            raise ValueError(f"must be at least {minimum}{upper}, got {number}")
+        return number
+
+    return convert
+
+
+def number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {value!r}")
+    return float(value)
+
+
+def boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def text(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or value == "":
+        raise ValueError(f"expected a string, got {value!r}")
+    return str(value)
+
+
+def duration(value: Any) -> float:
+    """Seconds from a number or a string like `90`, `30s`, `5m`, `1h`."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        match = _DURATION.fullmatch(str(value).strip())
+        if match is None:
+            raise ValueError(f"expected seconds or a duration like 30s, 5m, got {value!r}")
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if seconds < 0:
+        raise ValueError(f"must not be negative, got {value!r}")
+    return seconds
+
+
+def names(value: Any) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list):
+        raise ValueError(f"expected a list of names, got {value!r}")
+    return tuple(text(item).strip() for item in items if str(item).strip())
+
+
+def choice(options: tuple[str, ...], renamed: dict[str, str] | None = None) -> Convert:
+    def convert(value: Any) -> str:
+        word = text(value)
+        word = (renamed or {}).get(word, word)
+        if word not in options:
+            raise ValueError(f"expected one of {', '.join(options)}, got {word!r}")
+        return word
+
+    return convert
+
+
+def path(value: Any) -> Path:
+    return Path(text(value)).expanduser()
+
+
+def size(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return parse_size(text(value))
+
+
+def template_vars(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a mapping of template variables, got {value!r}")
+    return value
+
+
+def gpu_layers(value: Any) -> int:
+    """-ngl's values: a count, or auto / all (-1: every layer)."""
+    if value in ("auto", "all"):
+        return -1
+    return at_least(-1)(value)
+
+
+SWITCH = ("on", "off", "auto")
+
+
+def switch(value: Any) -> str:
+    """on / off / auto; YAML reads a bare on or off as true or false."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return choice(SWITCH)(value)
+
+
+def log_level(value: Any) -> str:
+    return choice(LOG_LEVELS)(text(value).lower())
