@@ -117,6 +117,12 @@ class ServerProcess:
         with self.http() as client:
             return metric_sum(client.get("/metrics").text, name, **labels)
 
+    def resident_bytes(self) -> int:
+        """The server process's resident memory (VmRSS), in bytes."""
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        line = next(line for line in status.splitlines() if line.startswith("VmRSS:"))
+        return int(line.split()[1]) * 1024
+
     def generation_counts(self) -> tuple[float, float]:
         """Tokens generated so far and requests cancelled so far, from /metrics."""
         return (

@@ -4,7 +4,6 @@ stays bounded, and the next good request is answered."""
 from __future__ import annotations
 
 import socket
-from pathlib import Path
 
 import httpx
 import pytest
@@ -40,13 +39,6 @@ CORPUS: list[tuple[str, bytes, str]] = [
 ]
 
 
-def _rss(server: ServerProcess) -> int:
-    """The server's resident memory in bytes."""
-    status = Path(f"/proc/{server.process.pid}/status").read_text()
-    line = next(line for line in status.splitlines() if line.startswith("VmRSS:"))
-    return int(line.split()[1]) * 1024
-
-
 def _assert_envelope(path: str, response: httpx.Response) -> None:
     assert 400 <= response.status_code < 500, (path, response.status_code, response.text[:300])
     body = response.json()
@@ -67,7 +59,7 @@ def test_every_malformed_body_is_a_4xx_in_the_envelope(
 
 
 def test_oversized_bodies_are_413(server: ServerProcess, http: httpx.Client) -> None:
-    before = _rss(server)
+    before = server.resident_bytes()
     enormous = b'{"messages": [{"role": "user", "content": "' + b"a" * (33 << 20) + b'"}]}'
     for path in ROUTES:
         _assert_envelope(path, http.post(path, content=enormous, headers={"Content-Type": JSON}))
@@ -79,7 +71,7 @@ def test_oversized_bodies_are_413(server: ServerProcess, http: httpx.Client) -> 
         )
         assert sock.recv(100).startswith(b"HTTP/1.1 413")
     # The bodies were refused as they came, not held: memory stays near where it was.
-    assert _rss(server) - before < 256 << 20
+    assert server.resident_bytes() - before < 256 << 20
     assert http.post(CHAT, content=GOOD, headers={"Content-Type": JSON}).status_code == 200
 
 

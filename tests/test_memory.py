@@ -33,11 +33,6 @@ def _states(server: ServerProcess) -> dict[str, str]:
         return {m["id"]: m["state"] for m in http.get("/v1/models").json()["data"]}
 
 
-def _resident_kib(server: ServerProcess) -> int:
-    status = Path(f"/proc/{server.process.pid}/status").read_text()
-    return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1])
-
-
 def test_budget_evicts_the_least_recently_used_idle_model_never_a_busy_one(
     tmp_path: Path,
 ) -> None:
@@ -109,11 +104,11 @@ def test_unloading_gives_the_memory_back(tmp_path: Path) -> None:
             # One load and unload first, so the engine's own code is in memory for the baseline.
             assert http.post("/models/load", json={"model": "m"}).is_success
             assert http.post("/models/unload", json={"model": "m"}).is_success
-            baseline = _resident_kib(proc)
+            baseline = proc.resident_bytes() // 1024
             assert http.post("/models/load", json={"model": "m"}).is_success
-            loaded = _resident_kib(proc)
+            loaded = proc.resident_bytes() // 1024
             assert http.post("/models/unload", json={"model": "m"}).is_success
-            after = _resident_kib(proc)
+            after = proc.resident_bytes() // 1024
         weights_kib = default_gguf().stat().st_size // 1024
         assert loaded - baseline > weights_kib // 2
         assert after - baseline < (loaded - baseline) // 2
