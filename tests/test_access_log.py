@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -11,7 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.types import Receive, Scope, Send
 
+from mlxcel.api.access_log import AccessLog
 from tests.server_process import ServerProcess, feed_fifo_until_exit
 
 pytestmark = pytest.mark.slow
@@ -195,3 +198,28 @@ def test_a_newline_in_a_logged_field_forges_no_line(server: ServerProcess, field
     user_line = next(line for line in lines if "user=" in line)
     assert "user=x\\n2026-01-01" in user_line and "\\x1b[2J" in user_line
     assert "\x1b" not in server.log()
+
+
+def test_an_unhandled_error_is_a_500_in_the_envelope_with_the_request_id(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bug in a route answers the envelope and X-Request-Id, and logs its traceback once under
+    that id (a route whose answer has begun has its connection dropped instead)."""
+
+    async def broken(scope: Scope, receive: Receive, send: Send) -> None:
+        raise RuntimeError("a bug")
+
+    async def call(path: str) -> httpx.Response:
+        app = AccessLog(broken, envelope=lambda p, e: b'{"type": "error"}' if p == "/a" else None)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            return await http.post(path, headers={"X-Request-Id": "bug-1"})
+
+    response = asyncio.run(call("/v1/chat/completions"))
+    assert response.status_code == 500
+    assert response.headers["x-request-id"] == "bug-1"
+    error = response.json()["error"]
+    assert error["type"] == "server_error" and "bug-1" in error["message"]
+    assert asyncio.run(call("/a")).json() == {"type": "error"}
+    tracebacks = [r for r in caplog.records if r.exc_info and "a bug" in str(r.exc_info[1])]
+    assert len(tracebacks) == 2

@@ -9,7 +9,9 @@ import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mlxcel.api.hosts import Envelope, json_error
 from mlxcel.logs import RequestLog, request_scope
+from mlxcel.serving.errors import APIError
 
 REQUEST_ID_HEADER = "x-request-id"
 # A client's id is kept when it is printable and short; anything else could forge log lines.
@@ -18,6 +20,7 @@ _CLIENT_ID = re.compile(r"[\x21-\x7e]{1,128}")
 _PROBES = frozenset({"/health", "/v1/health"})
 
 access_logger = logging.getLogger("mlxcel.access")
+logger = logging.getLogger(__name__)
 
 
 def request_id_for(scope: Scope) -> str:
@@ -32,10 +35,14 @@ def request_id_for(scope: Scope) -> str:
 
 class AccessLog:
     """ASGI middleware: tags the request with its id (every log line about it, and the
-    response's X-Request-Id header) and writes one access line when the answer ends."""
+    response's X-Request-Id header) and writes one access line when the answer ends.
 
-    def __init__(self, app: ASGIApp) -> None:
+    An exception no handler took becomes a 500 in the route's envelope (`envelope`), with the
+    request id in its message and header and the traceback logged once under that id."""
+
+    def __init__(self, app: ASGIApp, envelope: Envelope) -> None:
         self.app = app
+        self.envelope = envelope
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -47,12 +54,12 @@ class AccessLog:
     async def _serve(self, record: RequestLog, scope: Scope, receive: Receive, send: Send) -> None:
         header = (REQUEST_ID_HEADER.encode(), record.request_id.encode())
         status = 500  # what the client gets when the app raises before it answers
-        ended = False
+        started = ended = False
 
         async def tagged_send(message: Message) -> None:
-            nonlocal status, ended
+            nonlocal status, started, ended
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, started = message["status"], True
                 message = {**message, "headers": [*message.get("headers", []), header]}
             elif message["type"] == "http.response.body" and not message.get("more_body"):
                 ended = True
@@ -60,6 +67,12 @@ class AccessLog:
 
         try:
             await self.app(scope, receive, tagged_send)
+        except Exception:
+            logger.exception("unhandled error on %s %s", scope["method"], scope["path"])
+            if started:
+                raise  # the answer has begun: all that is left is to drop the connection
+            error = APIError(500, f"internal server error (request id {record.request_id})")
+            await json_error(tagged_send, error, self.envelope(scope["path"], error))
         finally:
             _log(scope, status, record, ended)
 

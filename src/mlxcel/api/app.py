@@ -81,5 +81,5 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.drain = Drain()
     app.add_middleware(RefuseWhileDraining, drain=app.state.drain)
     # Outermost, so its line covers every answer, a 413 from the body limit included.
-    app.add_middleware(AccessLog)
+    app.add_middleware(AccessLog, envelope=_envelope)
     return app

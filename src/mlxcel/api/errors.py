@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import logging
-
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlxcel.serving.errors import APIError, invalid_request
-
-logger = logging.getLogger(__name__)
 
 # Validation errors about a field or content part the server knows but does not do.
 _UNSUPPORTED = ("unsupported_value", "unsupported_content_part")
@@ -58,8 +54,3 @@ def install_error_handlers(app: FastAPI) -> None:
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
         code = {404: "not_found", 413: "request_too_large"}.get(exc.status_code)
         return error_response(APIError(exc.status_code, message, code=code, headers=exc.headers))
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        logger.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(APIError(500, "internal server error"))
