@@ -71,6 +71,7 @@ def _download(repo: str) -> Path:
     """The local snapshot of `repo`, fetched unless the cache has it (or HF_HUB_OFFLINE=1)."""
     try:
         from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
         from huggingface_hub.utils import disable_progress_bars
     except ImportError:
         raise WeightsError(
@@ -82,8 +83,20 @@ def _download(repo: str) -> Path:
     logger.info("fetching %s from the Hugging Face Hub cache or the Hub", repo)
     try:
         return Path(snapshot_download(repo, allow_patterns=HUB_PATTERNS))
+    except LocalEntryNotFoundError:
+        # Offline (HF_HUB_OFFLINE=1 or no network) and not in the cache: huggingface_hub's own
+        # message is a paragraph; this says what to do in one line.
+        raise WeightsError(
+            f"{repo} is not in the Hugging Face cache and the Hub cannot be reached: download it "
+            f"where there is a network (hf download {repo}), or give a local path"
+        ) from None
+    except RepositoryNotFoundError:
+        raise WeightsError(
+            f"{repo}: no such model on the Hugging Face Hub (or it needs a token)"
+        ) from None
     except (OSError, ValueError) as exc:
-        raise WeightsError(f"could not get {repo} from the Hugging Face Hub: {exc}") from exc
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise WeightsError(f"could not get {repo} from the Hugging Face Hub: {first}") from exc
 
 
 def resolve_model(model: str | None) -> Path:
