@@ -20,7 +20,7 @@ import os
 import sys
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -138,14 +138,41 @@ def tensor_shapes(shape: Shape) -> Iterator[tuple[str, tuple[int, ...]]]:
     yield "output_norm.weight", (shape.hidden,)
 
 
+def seeded_normal(name: str, dims: tuple[int, ...], seed: int) -> np.ndarray:
+    """F32 normal * WEIGHT_STD, seeded per tensor name: one tensor's values do not depend on
+    the others."""
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+    return rng.standard_normal(dims, dtype=np.float32) * np.float32(WEIGHT_STD)
+
+
 def random_tensor(name: str, dims: tuple[int, ...], seed: int) -> np.ndarray:
     """Norm weights are ones (F32), biases small (F32), matrices normal * WEIGHT_STD (F16)."""
     if name.endswith("norm.weight"):
         return np.ones(dims, dtype=np.float32)
-    # Seeded per tensor name, so one tensor's values do not depend on the others.
-    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-    values = rng.standard_normal(dims, dtype=np.float32) * np.float32(WEIGHT_STD)
+    values = seeded_normal(name, dims, seed)
     return values if len(dims) == 1 else values.astype(np.float16)
+
+
+def digest(*key: object) -> str:
+    """A short digest of what a cached file was built from, for its name."""
+    return hashlib.sha256(repr(key).encode()).hexdigest()[:10]
+
+
+def write_once(path: Path, write: Callable[[Path], None]) -> float | None:
+    """Run `write` into a temporary file and rename it to `path`, unless `path` exists;
+    the seconds it took, or None when cached. Named for this process and renamed when
+    whole: an interrupted build never looks cached, and two builds never share a file."""
+    if path.is_file():
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+    partial = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
+    try:
+        write(partial)
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return time.perf_counter() - began
 
 
 def add_tokenizer(writer: GGUFWriter, source: Path, vocab: int, *, fim: bool = False) -> None:
@@ -229,8 +256,7 @@ def model_path(shape: Shape, out_dir: Path, seed: int, *, fim: bool = False) -> 
     key: tuple[object, ...] = (asdict(shape), seed, WEIGHT_STD)
     if fim:
         key = (*key, FIM_TOKENS)
-    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:10]
-    return out_dir / f"random-{shape.name}-{digest}-q4_0.gguf"
+    return out_dir / f"random-{shape.name}-{digest(*key)}-q4_0.gguf"
 
 
 def build(shape: Shape, out_dir: Path, seed: int = 0, *, fim: bool = False) -> Built:
@@ -238,22 +264,17 @@ def build(shape: Shape, out_dir: Path, seed: int = 0, *, fim: bool = False) -> B
     from mlxcel.weights import default_model_path
 
     path = model_path(shape, out_dir, seed, fim=fim)
-    if path.is_file():
-        return Built(path, path.stat().st_size, None)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    began = time.perf_counter()
-    # Written under names of this process's own and renamed when whole: an interrupted build
-    # never looks cached, and two builds at once never write the same file.
-    f16 = path.with_name(f"{path.stem}.f16.{os.getpid()}.tmp")
-    partial = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
-    try:
-        write_f16(shape, f16, default_model_path(), seed, fim=fim)
-        quantize_q4_0(f16, partial)
-        partial.replace(path)
-    finally:
-        f16.unlink(missing_ok=True)
-        partial.unlink(missing_ok=True)
-    return Built(path, path.stat().st_size, time.perf_counter() - began)
+
+    def write(partial: Path) -> None:
+        f16 = partial.with_suffix(".f16.tmp")
+        try:
+            write_f16(shape, f16, default_model_path(), seed, fim=fim)
+            quantize_q4_0(f16, partial)
+        finally:
+            f16.unlink(missing_ok=True)
+
+    seconds = write_once(path, write)
+    return Built(path, path.stat().st_size, seconds)
 
 
 def main() -> None:

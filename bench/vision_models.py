@@ -11,15 +11,12 @@ seeded random (normal * 0.02, norms 1), F32, written with gguf-py; prints the pa
 from __future__ import annotations
 
 import argparse
-import hashlib
-import os
-import zlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from bench.models import CACHE_DIR, WEIGHT_STD
+from bench.models import CACHE_DIR, WEIGHT_STD, digest, seeded_normal, write_once
 from gguf import GGUFWriter
 
 
@@ -70,8 +67,7 @@ def tensors(shape: VisionShape) -> Iterator[tuple[str, tuple[int, ...]]]:
 def _values(name: str, dims: tuple[int, ...], seed: int) -> np.ndarray:
     if name.endswith(("ln1.weight", "ln2.weight", "pre_ln.weight")):
         return np.ones(dims, dtype=np.float32)
-    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-    return rng.standard_normal(dims, dtype=np.float32) * np.float32(WEIGHT_STD)
+    return seeded_normal(name, dims, seed)
 
 
 def write(shape: VisionShape, path: Path, seed: int = 0) -> None:
@@ -101,17 +97,8 @@ def write(shape: VisionShape, path: Path, seed: int = 0) -> None:
 
 def build(shape: VisionShape, out_dir: Path, seed: int = 0) -> Path:
     """The projector for `shape`, written unless `out_dir` already holds it."""
-    digest = hashlib.sha256(repr((asdict(shape), seed, WEIGHT_STD)).encode()).hexdigest()[:10]
-    path = out_dir / f"random-mmproj-{digest}.gguf"
-    if path.is_file():
-        return path
-    out_dir.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
-    try:
-        write(shape, partial, seed)
-        partial.replace(path)
-    finally:
-        partial.unlink(missing_ok=True)
+    path = out_dir / f"random-mmproj-{digest(asdict(shape), seed, WEIGHT_STD)}.gguf"
+    write_once(path, lambda partial: write(shape, partial, seed))
     return path
 
 
