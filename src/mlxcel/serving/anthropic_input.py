@@ -77,7 +77,7 @@ def check_supported(request: CountTokensRequest) -> None:
 
 def _no_images(param: str) -> APIError:
     return invalid_request(
-        "image blocks are read in user messages only, not in tool results or assistant turns",
+        "image blocks are read in user messages and their tool results, not in assistant turns",
         param,
         "unsupported_content",
     )
@@ -99,18 +99,19 @@ def _image_part(block: ImageBlock, param: str) -> ContentPart:
     return ContentPart(type="image_url", image_url=ImageURL(url=url))
 
 
-def _result_text(block: ToolResultBlock, param: str) -> str:
+def _result_parts(block: ToolResultBlock, param: str) -> list[ContentPart]:
+    """A tool result's text and images, in their order, as a tool message's content."""
     if block.content is None or isinstance(block.content, str):
-        text = block.content or ""
+        parts = [ContentPart(type="text", text=block.content or "")]
     else:
-        parts = []
-        for index, part in enumerate(block.content):
-            if isinstance(part, ImageBlock):
-                raise _no_images(f"{param}.content.{index}")
-            parts.append(part.text)
-        text = "".join(parts)
+        parts = [
+            _image_part(part, f"{param}.content.{index}")
+            if isinstance(part, ImageBlock)
+            else ContentPart(type="text", text=part.text)
+            for index, part in enumerate(block.content)
+        ]
     # The chat template has no error flag on a tool result, so the text carries it.
-    return f"Error: {text}" if block.is_error else text
+    return [ContentPart(type="text", text="Error: "), *parts] if block.is_error else parts
 
 
 def _user_turns(blocks: list[Block], param: str, names: dict[str, str]) -> list[ChatMessage]:
@@ -135,7 +136,7 @@ def _user_turns(blocks: list[Block], param: str, names: dict[str, str]) -> list[
                 ChatMessage(
                     role="tool",
                     tool_call_id=block.tool_use_id,
-                    content=text_parts(_result_text(block, where)),
+                    content=_result_parts(block, where),
                     name=names.get(block.tool_use_id),
                 )
             )

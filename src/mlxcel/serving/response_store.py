@@ -24,6 +24,9 @@ class StoredResponse:
     messages: list[dict[str, Any]]
     size: int
     expires: float
+    images: tuple[str, ...] = ()
+    """The URLs of the conversation's images, in the order their markers sit in `messages`:
+    a follow-up loads them again under the media policy of its own request."""
 
 
 class ResponseStore:
@@ -55,16 +58,22 @@ class ResponseStore:
         """Approximate size of everything stored, as JSON."""
         return self._bytes
 
-    def put(self, response: dict[str, Any], messages: list[dict[str, Any]]) -> None:
-        """Keep a response and its conversation, evicting the oldest to make room."""
-        size = len(json.dumps([response, messages], ensure_ascii=False))
+    def put(
+        self,
+        response: dict[str, Any],
+        messages: list[dict[str, Any]],
+        images: tuple[str, ...] = (),
+    ) -> None:
+        """Keep a response, its conversation and its images' URLs, evicting the oldest to make
+        room."""
+        size = len(json.dumps([response, messages, images], ensure_ascii=False))
         if size > self.max_bytes:
             logger.warning(
                 "%s not stored: %d bytes is over the store's limit", response["id"], size
             )
             return
         self._evict(incoming=size)
-        entry = StoredResponse(response, messages, size, self._clock() + self.ttl)
+        entry = StoredResponse(response, messages, size, self._clock() + self.ttl, images)
         self._entries[response["id"]] = entry
         self._bytes += size
 

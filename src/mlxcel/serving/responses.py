@@ -47,6 +47,8 @@ class ResponseRun:
     tools: ToolPlan | None = None
     reasoning: str | None = None
     """The reasoning parser's name, when the model's thinking becomes a reasoning item."""
+    image_urls: tuple[str, ...] = ()
+    """The URLs of the images in `messages`, in prompt order, stored with them."""
 
     def output(self, emit: Emit) -> OutputItems:
         """A builder for this response's output items, its events sent through `emit`."""
@@ -64,8 +66,10 @@ def prepare_response(
     tool_parser: str = "auto",
     reasoning_parser: str = "auto",
     images: Sequence[Image] = (),
+    image_urls: tuple[str, ...] = (),
 ) -> ResponseRun:
-    """Check the fields, render instructions, history and input, and resolve sampling."""
+    """Check the fields, render instructions, history and input, and resolve sampling;
+    `images` are the history's and the input's, `image_urls` where they came from."""
     check_supported(request)
     messages = [*history, *chat_messages(request.input)]
     system = [{"role": "system", "content": request.instructions}] if request.instructions else []
@@ -100,7 +104,9 @@ def prepare_response(
         generation = replace(generation, constraint_param="tools")
     special = renders_special_tokens(reasoning, plan)
     generation = replace(generation, params=replace(params, render_special=special))
-    return ResponseRun(generation, request, messages, response_id("msg"), plan, reasoning)
+    return ResponseRun(
+        generation, request, messages, response_id("msg"), plan, reasoning, image_urls
+    )
 
 
 def usage_object(
@@ -179,7 +185,7 @@ def finish(
     response = response_object(run, status, output.items, usage, error)
     if run.request.store:
         turn = assistant_turn(output.text, output.calls, output.reasoning)
-        store.put(response, [*run.messages, turn])
+        store.put(response, [*run.messages, turn], run.image_urls)
     return response
 
 

@@ -10,7 +10,7 @@ from mlxcel.media.loader import ImageRef, load_images
 from mlxcel.media.policy import MediaError, MediaPolicy
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.chat import ChatCompletionRequest
-from mlxcel.protocol.responses import MessageItem, ResponsesRequest
+from mlxcel.protocol.responses import FunctionCallOutputItem, MessageItem, ResponsesRequest
 from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.tokens import check_text_size
 
@@ -31,13 +31,29 @@ def chat_media(request: ChatCompletionRequest) -> Iterator[MediaPart]:
 
 
 def responses_media(request: ResponsesRequest) -> Iterator[MediaPart]:
-    """A Responses request's input_image parts, in prompt order."""
+    """A Responses request's input_image parts (in messages and tool outputs), in prompt order."""
     for i, item in enumerate(request.input):
         if isinstance(item, MessageItem):
-            for j, part in enumerate(item.content):
-                if part.type == "input_image":
-                    param = f"input.{i}.content.{j}"
-                    yield "image", param, part.image_url, f"{param}.image_url"
+            parts, field = item.content, "content"
+        elif isinstance(item, FunctionCallOutputItem):
+            parts, field = item.output, "output"
+        else:
+            continue
+        for j, part in enumerate(parts):
+            if part.type == "input_image":
+                param = f"input.{i}.{field}.{j}"
+                yield "image", param, part.image_url, f"{param}.image_url"
+
+
+def history_media(urls: Sequence[str], param: str) -> Iterator[MediaPart]:
+    """A stored conversation's images, named by the field that brought the conversation."""
+    for url in urls:
+        yield "image", param, url, param
+
+
+def media_urls(parts: Iterator[MediaPart]) -> tuple[str, ...]:
+    """The URLs of the image parts, in order."""
+    return tuple(url for kind, _, url, _ in parts if kind == "image" and url is not None)
 
 
 def image_refs(parts: Iterator[MediaPart], model: LoadedModel) -> list[ImageRef]:

@@ -17,7 +17,7 @@ from mlxcel.serving.errors import APIError
 from mlxcel.serving.response_store import ResponseStore, StoredResponse
 from mlxcel.serving.responses import create_response, prepare_response
 from mlxcel.serving.responses_stream import response_events
-from mlxcel.serving.vision import request_images, responses_media
+from mlxcel.serving.vision import history_media, media_urls, request_images, responses_media
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
@@ -56,9 +56,13 @@ async def create(body: ResponsesRequest, request: Request) -> dict[str, Any] | S
     """OpenAI Responses, streamed as typed events or whole."""
     model = await model_for(request, body.model)
     history: list[dict[str, Any]] = []
+    earlier: tuple[str, ...] = ()
     if body.previous_response_id:
-        history = _stored(request, body.previous_response_id, "previous_response_id").messages
-    images = await request_images(responses_media(body), model, request.app.state.media)
+        entry = _stored(request, body.previous_response_id, "previous_response_id")
+        history, earlier = entry.messages, entry.images
+    # The conversation's images come first: their markers sit in the history's text.
+    parts = [*history_media(earlier, "previous_response_id"), *responses_media(body)]
+    images = await request_images(iter(parts), model, request.app.state.media)
     run = await asyncio.to_thread(
         prepare_response,
         model,
@@ -68,6 +72,7 @@ async def create(body: ResponsesRequest, request: Request) -> dict[str, Any] | S
         model.tool_call_parser,
         model.reasoning_parser,
         images,
+        media_urls(iter(parts)),
     )
     if body.stream:
         events = response_events(run, _store(request))
