@@ -58,6 +58,15 @@ def client(server: ServerProcess) -> openai.OpenAI:
 
 
 @pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """bench/models.py's random-weight GGUF, SmolLM2's vocabulary and all, cut to two layers:
+    built once for every test file that loads it."""
+    from bench.models import SHAPES, build, tiny
+
+    return build(tiny(SHAPES["smollm2-135m"]), tmp_path_factory.mktemp("gguf")).path
+
+
+@pytest.fixture(scope="session")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder with tiny random-weight MLX models: a Llama and a Qwen3."""
     from tests.mlx_model import build_model

@@ -23,6 +23,7 @@ from mlxcel.backends.mlx.dry import Dry
 from mlxcel.backends.mlx.vocab import Vocabulary
 from tests._client_util import default_gguf
 from tests.conftest import LLAMA_DIR, serving, start
+from tests.media_util import data_uri, image_bytes
 from tests.server_process import MLXCEL, ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -189,6 +190,18 @@ def test_min_tokens_and_ignore_eos(client: openai.OpenAI, mlx_server: ServerProc
         client, max_tokens=8, temperature=0, logit_bias=eos, extra_body={"ignore_eos": True}
     )
     assert ignored.choices[0].finish_reason == "length"
+
+
+def test_a_text_mlx_model_refuses_images(client: openai.OpenAI) -> None:
+    image = {"type": "image_url", "image_url": {"url": data_uri(image_bytes())}}
+    with pytest.raises(openai.BadRequestError) as caught:
+        chat(client, messages=[{"role": "user", "content": [image]}])
+    assert caught.value.body == {
+        "message": "model does not support image input",
+        "type": "invalid_request_error",
+        "param": "messages.0.content.0",
+        "code": "unsupported_modality",
+    }
 
 
 def test_repeated_prompt_reuses_the_cached_prefix(client: openai.OpenAI) -> None:

@@ -2,23 +2,24 @@
 
 The model's processor lays out the image tokens and its vision tower embeds them; random
 weights say nothing sensible, so the tests assert the path, as tests/test_vision.py does.
+The server runs on the media policy's defaults, so it also shows that they refuse remote and
+local media (tests/test_vision.py's server allows both). One server: it is this file's cost.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import LLAMA_DIR, serving
-from tests.media_util import data_uri, image_bytes
+from tests.conftest import serving
+from tests.media_util import data_uri, http_server, image_bytes
 from tests.mlx_model import IMAGE_TOKENS, build_vision_model
 from tests.server_process import ServerProcess
 from tests.test_vision import ask, refusal, top
 
-# Building the model and starting two servers takes over a minute on a busy 2-core machine.
+# Building the model and starting its server takes most of a minute on a busy 2-core machine.
 pytestmark = pytest.mark.slow
 
 PNG = image_bytes(size=(40, 30), color=30)
@@ -31,11 +32,6 @@ def mlx_vision(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
     config = root / "models.yaml"
     config.write_text(f"models:\n  - model_path: {model}\n    kind: vision\n    name: m\n")
     yield from serving(tmp_path_factory, "mlx-vision", "--config", str(config), "-c", "1024")
-
-
-@pytest.fixture(scope="module")
-def mlx_text(models: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    yield from serving(tmp_path_factory, "mlx-text", "-m", str(models / LLAMA_DIR), "-c", "1024")
 
 
 def test_image_tokens_count_in_usage(mlx_vision: ServerProcess) -> None:
@@ -96,7 +92,14 @@ def test_modalities_are_listed(mlx_vision: ServerProcess) -> None:
     assert listed["input_modalities"] == ["text", "image"]
 
 
-def test_a_text_mlx_model_refuses_images(mlx_text: ServerProcess) -> None:
-    body = refusal(mlx_text.openai(), data_uri(PNG))
-    assert body["error"]["message"] == "model does not support image input"
-    assert body["error"]["code"] == "unsupported_modality"
+def test_remote_and_local_media_are_off_by_default(
+    mlx_vision: ServerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    picture = tmp_path_factory.mktemp("local-media") / "in.png"
+    picture.write_bytes(PNG)
+    with http_server({"/a.png": (200, {}, PNG, 0.0)}) as (base, seen):
+        body = refusal(mlx_vision.openai(), f"{base}/a.png")
+    assert "--allow-remote-media" in body["error"]["message"]
+    assert seen == []
+    body = refusal(mlx_vision.openai(), f"file://{picture}")
+    assert "--allowed-local-media DIR" in body["error"]["message"]

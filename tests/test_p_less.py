@@ -22,7 +22,7 @@ import llama_cpp
 import numpy as np
 import openai
 import pytest
-from bench.models import SHAPES, build, tiny
+from bench.models import SHAPES, tiny
 
 import mlxcel
 from mlxcel.backends.llamacpp.sampling import p_less_keep, p_less_sampler
@@ -130,12 +130,6 @@ class Engine:
         """A bias that makes `text`'s token about 4.5 times as likely as all others together
         at temperature 2 (p ~ 0.82), far below "always" (100)."""
         return {str(self.token(text)): 2 * (math.log(self.n_vocab) + 1.5)}
-
-
-@pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """bench/models.py's random-weight GGUF, SmolLM2's vocabulary and all, cut to two layers."""
-    return build(TINY_LLAMA, tmp_path_factory.mktemp("gguf")).path
 
 
 @pytest.fixture(scope="module", params=["llamacpp", "mlx"])
