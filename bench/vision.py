@@ -53,47 +53,41 @@ def prompt(question: str) -> str:
     return f"<|im_start|>user\n{question} {MEDIA_MARKER}<|im_end|>\n<|im_start|>assistant\n"
 
 
-def in_process(text: Path, mmproj: Path, images: list[bytes]) -> list[float]:
-    """The generator's own TTFT per image, each under a new question, slot emptied between."""
-    options = LlamaCppOptions(CTX, 1, 1, BATCH, BATCH, mmproj=mmproj)
-    generator = LlamaCppGenerator(text, options)
-    times = []
-    for i, data in enumerate(images):
-        began = time.perf_counter()
-        decoded = decode(data, 1 << 30)
-        tokens, spans = generator.tokenize_with_images(prompt(f"Question {i}:"), [decoded])
-        generator.open_slot(0, GREEDY)
-        fed, sample = 0, None
-        while sample is None:
-            end = chunk_end(spans, fed, BATCH, len(tokens))
-            feed = Feed(0, tokens[fed:end], end == len(tokens), rows_in(spans, fed, end))
-            sample = generator.step([feed])[0]
-            fed = end
-        times.append(time.perf_counter() - began)
-        generator.close_slot(0)
-        generator.open_slot(0, GREEDY)  # reuse 0: the next request evaluates from the start
-        generator.close_slot(0)
-    generator.close()
-    return times
+def in_process(generator: LlamaCppGenerator, data: bytes, question: str) -> float:
+    """The generator's own TTFT for one image under `question`, its slot emptied after."""
+    began = time.perf_counter()
+    decoded = decode(data, 1 << 30)
+    tokens, spans = generator.tokenize_with_images(prompt(question), [decoded])
+    generator.open_slot(0, GREEDY)
+    fed, sample = 0, None
+    while sample is None:
+        end = chunk_end(spans, fed, BATCH, len(tokens))
+        feed = Feed(0, tokens[fed:end], end == len(tokens), rows_in(spans, fed, end))
+        sample = generator.step([feed])[0]
+        fed = end
+    took = time.perf_counter() - began
+    generator.close_slot(0)
+    generator.open_slot(0, GREEDY)  # reuse 0: the next request evaluates from the start
+    generator.close_slot(0)
+    return took
 
 
-def served(client: openai.OpenAI, images: list[bytes]) -> list[float]:
-    """The server's TTFT per image (first streamed chunk with content or a finish)."""
-    times = []
-    for i, data in enumerate(images):
-        content = [{"type": "text", "text": f"Question {i}:"},
-                   {"type": "image_url", "image_url": {"url": data_uri(data)}}]  # fmt: skip
-        began = time.perf_counter()
-        stream = client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": content}],  # type: ignore[misc,list-item]
-            max_tokens=1, temperature=0, stream=True,
-        )  # fmt: skip
+def served(client: openai.OpenAI, data: bytes, question: str) -> float:
+    """The server's TTFT for one image (first streamed chunk with content or a finish)."""
+    content = [{"type": "text", "text": question},
+               {"type": "image_url", "image_url": {"url": data_uri(data)}}]  # fmt: skip
+    began = time.perf_counter()
+    stream = client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": content}],  # type: ignore[misc,list-item]
+        max_tokens=1, temperature=0, stream=True,
+    )  # fmt: skip
+    try:
         for chunk in stream:
             if chunk.choices and (chunk.choices[0].delta.content or chunk.choices[0].finish_reason):
-                times.append(time.perf_counter() - began)
-                break
+                return time.perf_counter() - began
+    finally:
         stream.close()
-    return times
+    raise RuntimeError("the stream ended without a first token")
 
 
 def main() -> None:
@@ -103,17 +97,27 @@ def main() -> None:
     text = build(TEXT, CACHE_DIR).path
     mmproj = build_projector(PROJECTOR, CACHE_DIR)
     fresh = [picture(seed) for seed in range(args.runs)]
-    engine = statistics.median(in_process(text, mmproj, fresh))
+    generator = LlamaCppGenerator(text, LlamaCppOptions(CTX, 1, 1, BATCH, BATCH, mmproj=mmproj))
     server = ServerProcess("-m", str(text), "--mmproj", str(mmproj), "-c", str(CTX),
                            "-b", str(BATCH), "-ub", str(BATCH), "--cache-ram", "0")  # fmt: skip
     try:
         server.wait_ready()
         client = server.openai()
-        served(client, [picture(99)])  # warm the route
-        new = statistics.median(served(client, fresh))
-        again = statistics.median(served(client, fresh))  # every image seen once already
+        served(client, picture(99), "Warm up:")
+        # Each new image through the engine, then through the server, in turn: a machine whose
+        # load changes during the run slows both sides alike.
+        engine_times, new_times = [], []
+        for i, data in enumerate(fresh):
+            engine_times.append(in_process(generator, data, f"Question {i}:"))
+            new_times.append(served(client, data, f"Question {i}:"))
+        # Every image seen once already, under another question: only its embedding is reused.
+        again = statistics.median(
+            served(client, data, f"Again {i}:") for i, data in enumerate(fresh)
+        )
     finally:
         server.stop()
+        generator.close()
+    engine, new = statistics.median(engine_times), statistics.median(new_times)
     print(f"TTFT, one 512x512 image ({PROJECTOR.image_tokens} image tokens):")
     print(
         f"  in-process {engine * 1e3:.1f} ms, server {new * 1e3:.1f} ms: "

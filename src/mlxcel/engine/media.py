@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
 
 from mlxcel.engine.types import MediaSpan
+from mlxcel.media.recent import Recent
 
 # Embeddings kept for images seen recently (the same picture in the next turn is not embedded
 # again); bounded by count and bytes.
@@ -40,27 +40,13 @@ def reusable(spans: Sequence[MediaSpan], cached: int) -> int:
     return cached
 
 
-class ImageRows:
+def _nbytes(rows: np.ndarray) -> int:
+    return int(rows.nbytes)
+
+
+class ImageRows(Recent[np.ndarray]):
     """Recent images' embedding rows by key (digest and token count), least recent dropped
-    first. Not thread-safe: its owner calls it from one thread, or under a lock."""
+    first."""
 
     def __init__(self, max_images: int = CACHE_IMAGES, max_bytes: int = CACHE_BYTES) -> None:
-        self._rows: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._bytes = 0
-        self._max_images = max_images
-        self._max_bytes = max_bytes
-
-    def get(self, key: str) -> np.ndarray | None:
-        """The rows kept under `key`, or None."""
-        rows = self._rows.get(key)
-        if rows is not None:
-            self._rows.move_to_end(key)
-        return rows
-
-    def put(self, key: str, rows: np.ndarray) -> None:
-        """Keep `rows` under `key`, dropping the least recent past the bounds."""
-        self._rows[key] = rows
-        self._bytes += rows.nbytes
-        while len(self._rows) > self._max_images or self._bytes > self._max_bytes:
-            _, dropped = self._rows.popitem(last=False)
-            self._bytes -= dropped.nbytes
+        super().__init__(max_images, max_bytes, _nbytes)

@@ -10,9 +10,15 @@ from dataclasses import dataclass
 from PIL import Image as PILImage
 
 from mlxcel.media.policy import MediaError
+from mlxcel.media.recent import Recent
 
 # Where an image sits in a rendered prompt (libmtmd's default marker, which it is given).
 MEDIA_MARKER = "<__media__>"
+
+# Images decoded recently, by their encoded bytes' digest: a picture sent again (the next turn
+# of a conversation) is neither decoded nor hashed again. Bounded by count and pixel bytes.
+RECENT_IMAGES = 16
+RECENT_BYTES = 64 * 1024 * 1024
 
 # Formats a request may send, by the MIME types that name them.
 FORMATS = {"image/png": "PNG", "image/jpeg": "JPEG", "image/webp": "WEBP", "image/gif": "GIF"}
@@ -31,6 +37,23 @@ class Image:
     def to_pil(self) -> PILImage.Image:
         """The image as a Pillow RGB image (for processors that take one)."""
         return PILImage.frombytes("RGB", (self.width, self.height), self.rgb)
+
+
+def _rgb_bytes(image: Image) -> int:
+    return len(image.rgb)
+
+
+_recent: Recent[Image] = Recent(RECENT_IMAGES, RECENT_BYTES, _rgb_bytes)
+
+
+def decode_recent(data: bytes, max_pixels: int, param: str | None = None) -> Image:
+    """`decode`, unless the same bytes were decoded recently (under the same pixel limit)."""
+    key = f"{max_pixels}:{hashlib.sha256(data).hexdigest()}"
+    image = _recent.get(key)
+    if image is None:
+        image = decode(data, max_pixels, param)
+        _recent.put(key, image)
+    return image
 
 
 def decode(data: bytes, max_pixels: int, param: str | None = None) -> Image:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mlxcel.media.addresses import Resolver, resolve
-from mlxcel.media.images import Image, decode
+from mlxcel.media.images import Image, decode_recent
 from mlxcel.media.policy import MediaError, MediaPolicy
 from mlxcel.media.sources import image_bytes
 
@@ -54,5 +54,5 @@ async def load_images(
                 "media_too_large",
                 ref.param,
             )
-        images.append(await asyncio.to_thread(decode, data, limits.max_pixels, ref.param))
+        images.append(await asyncio.to_thread(decode_recent, data, limits.max_pixels, ref.param))
     return images

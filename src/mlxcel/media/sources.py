@@ -30,12 +30,24 @@ def data_uri(url: str) -> bytes:
     return decode_base64(payload)
 
 
+_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
 def decode_base64(payload: str) -> bytes:
-    """Strict base64 (whitespace allowed), with a 400 when it is not."""
+    """Strict base64 (whitespace allowed), with a 400 when it is not. Checked with bytes
+    operations (b64decode's own `validate` runs a regex, slow on a megabyte)."""
+    invalid = MediaError("image data is not valid base64", "invalid_image")
     try:
-        return base64.b64decode("".join(payload.split()), validate=True)
+        data = "".join(payload.split()).encode("ascii")
+    except UnicodeEncodeError as exc:
+        raise invalid from exc
+    body = data.rstrip(b"=")
+    if body.translate(None, _ALPHABET) or len(data) - len(body) > 2:
+        raise invalid
+    try:
+        return base64.b64decode(data)
     except (binascii.Error, ValueError) as exc:
-        raise MediaError("image data is not valid base64", "invalid_image") from exc
+        raise invalid from exc
 
 
 def local_file(url: str, policy: MediaPolicy, max_bytes: int) -> bytes:
