@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mlxcel.media.addresses import IPAddress, Resolver, refusal
-from mlxcel.media.images import Image
+from mlxcel.media.images import Image, decode_recent
 from mlxcel.media.loader import ImageRef, load_images
 from mlxcel.media.policy import MediaError, MediaLimits, MediaPolicy, parse_hosts
 from tests.media_util import MIME, bomb_png, data_uri, http_server, image_bytes
@@ -265,3 +265,12 @@ def test_local_files_only_inside_the_allowed_directory(tmp_path: Path) -> None:
         assert error.message == (
             "local media path is outside the directory --allowed-local-media allows"
         ), url
+
+
+def test_the_same_bytes_are_decoded_once_under_the_same_limit() -> None:
+    data = image_bytes(size=(20, 10), color=7)
+    first = decode_recent(data, 1000)
+    assert decode_recent(data, 1000) is first
+    with pytest.raises(MediaError) as caught:
+        decode_recent(data, 100)
+    assert caught.value.code == "image_too_many_pixels"
