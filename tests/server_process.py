@@ -118,10 +118,14 @@ class ServerProcess:
             return metric_sum(client.get("/metrics").text, name, **labels)
 
     def resident_bytes(self) -> int:
-        """The server process's resident memory (VmRSS), in bytes."""
-        status = Path(f"/proc/{self.process.pid}/status").read_text()
-        line = next(line for line in status.splitlines() if line.startswith("VmRSS:"))
-        return int(line.split()[1]) * 1024
+        """The resident memory (VmRSS) of the server and its models' workers together, in
+        bytes."""
+        total = 0
+        for pid in (self.process.pid, *self.workers()):
+            with contextlib.suppress(OSError):
+                lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+                total += int(next(line for line in lines if line.startswith("VmRSS:")).split()[1])
+        return total * 1024
 
     def generation_counts(self) -> tuple[float, float]:
         """Tokens generated so far and requests cancelled so far, from /metrics."""
@@ -145,6 +149,16 @@ class ServerProcess:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"server still busy after {timeout}s")
             time.sleep(0.05)
+
+    def workers(self) -> list[int]:
+        """The pids of the server's child processes: its models' workers."""
+        pids = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError):
+                # The parent pid is the second field after the parenthesised command name.
+                if int(stat.read_text().rpartition(")")[2].split()[1]) == self.process.pid:
+                    pids.append(int(stat.parent.name))
+        return pids
 
     def _lost_port_race(self) -> bool:
         """Whether the child exited because another process took its free port first."""

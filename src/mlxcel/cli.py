@@ -153,6 +153,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         models=tuple(replace(m, verbose=verbose) for m in models),
         api_keys=api_keys,
         config_file=args.config,
+        log_format=args.log_format,
         webui=not args.no_webui,
         strict_model_names=args.strict_model_names,
         shutdown_timeout=args.shutdown_timeout,

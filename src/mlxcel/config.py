@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from mlxcel.logs import LOG_FORMATS
 from mlxcel.media.policy import MediaPolicy
 
 DEFAULT_HOST = "127.0.0.1"
@@ -210,6 +211,7 @@ class ServerConfig:
     api_keys: tuple[str, ...] = ()
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     log_level: str = DEFAULT_LOG_LEVEL
+    log_format: str = LOG_FORMATS[0]
     webui: bool = True
     strict_model_names: bool = False
     cors_origins: tuple[str, ...] = ()

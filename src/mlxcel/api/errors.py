@@ -7,6 +7,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from mlxcel.models.remote import WorkerGone
 from mlxcel.serving.errors import APIError, invalid_request
 
 # Validation errors about a field or content part the server knows but does not do.
@@ -54,3 +55,11 @@ def install_error_handlers(app: FastAPI) -> None:
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
         code = {404: "not_found", 413: "request_too_large"}.get(exc.status_code)
         return error_response(APIError(exc.status_code, message, code=code, headers=exc.headers))
+
+    @app.exception_handler(WorkerGone)
+    async def _worker_gone(_: Request, exc: WorkerGone) -> JSONResponse:
+        # A tokenizer call reached a model whose worker process had just died.
+        message = f"{exc}; retry the request"
+        return error_response(
+            APIError(503, message, code="model_unavailable", headers={"Retry-After": "1"})
+        )

@@ -130,6 +130,8 @@ async def _serve(
         metrics,
         lenient=not config.strict_model_names,
         max_memory=config.max_memory,
+        log_level=config.log_level,
+        log_format=config.log_format,
     )
     app.state.models = registry
     if config.exit_on_stdin_close:

@@ -1,38 +1,72 @@
-"""The asyncio side of one request, which the engine thread delivers its events to."""
+"""Where the engine thread delivers one request's events: the request's `EventSink`.
+
+In the HTTP process that is a `RequestHandle` (its asyncio side); in a model's worker process
+it is the sink that sends the events to the HTTP process.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable
+from typing import Protocol
 
 from mlxcel.engine.types import TokenEvent
 
 
-class RequestHandle:
-    """The asyncio side of one request: its events, and a way to cancel it.
+class EventSink(Protocol):
+    """What the scheduler needs of a request: its id, its cancellation, and where its events
+    go (called from the engine thread)."""
 
-    `on_cancel` runs (once, on the cancelling thread) when the request is cancelled: the
-    scheduler uses it to take a waiting request out of its queue at once.
+    @property
+    def request_id(self) -> str:
+        """The id the engine's log lines about the request carry."""
+        ...
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the client went away or the server gave up on this request."""
+        ...
+
+    def when_cancelled(self, callback: Callable[[], None]) -> None:
+        """Run `callback` (once, on the cancelling thread) when the request is cancelled."""
+        ...
+
+    def deliver(self, event: TokenEvent) -> None:
+        """Called from the engine thread: one event for the request."""
+        ...
+
+
+def ends(event: TokenEvent) -> bool:
+    """Whether `event` is a request's last: it carries a finish reason or an error."""
+    return event.finish_reason is not None or event.error is not None
+
+
+class Cancellable:
+    """A request's id and its cancellation, which any thread may set and the engine reads.
+
+    The callback given to `when_cancelled` runs once, on the cancelling thread: the scheduler
+    uses it to take a waiting request out of its queue at once.
     """
 
-    def __init__(
-        self,
-        request_id: str,
-        loop: asyncio.AbstractEventLoop,
-        on_cancel: Callable[[RequestHandle], None] | None = None,
-    ) -> None:
+    def __init__(self, request_id: str) -> None:
         self.request_id = request_id
-        self._loop = loop
-        self._events: asyncio.Queue[TokenEvent] = asyncio.Queue()
         self._cancelled = threading.Event()
-        self._on_cancel = on_cancel
+        self._on_cancel: Callable[[], None] | None = None
         self._lock = threading.Lock()
 
     @property
     def cancelled(self) -> bool:
         """Whether the client went away or the server gave up on this request."""
         return self._cancelled.is_set()
+
+    def when_cancelled(self, callback: Callable[[], None]) -> None:
+        """Run `callback` when the request is cancelled (at once if it already is)."""
+        with self._lock:
+            self._on_cancel = callback
+            already = self._cancelled.is_set()
+        if already:
+            callback()
 
     def cancel(self) -> None:
         """Stop generating for this request: out of the queue now, out of the batch at the
@@ -41,20 +75,34 @@ class RequestHandle:
             if self._cancelled.is_set():
                 return
             self._cancelled.set()
-        if self._on_cancel is not None:
-            self._on_cancel(self)
+            callback = self._on_cancel
+        if callback is not None:
+            callback()
+
+
+class RequestHandle(Cancellable):
+    """The asyncio side of one request: its events, and a way to cancel it."""
+
+    def __init__(self, request_id: str, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(request_id)
+        self._loop = loop
+        self._events: asyncio.Queue[TokenEvent] = asyncio.Queue()
 
     def deliver(self, event: TokenEvent) -> None:
-        """Called from the engine thread: hand an event to the event loop."""
+        """Called from another thread: hand an event to the event loop."""
         try:
-            self._loop.call_soon_threadsafe(self._events.put_nowait, event)
+            self._loop.call_soon_threadsafe(self.receive, event)
         except RuntimeError:
             self.cancel()
+
+    def receive(self, event: TokenEvent) -> None:
+        """On the event loop: queue an event for `events`."""
+        self._events.put_nowait(event)
 
     async def events(self) -> AsyncIterator[TokenEvent]:
         """Events until the one that carries a finish reason or an error."""
         while True:
             event = await self._events.get()
             yield event
-            if event.finish_reason is not None or event.error is not None:
+            if ends(event):
                 return

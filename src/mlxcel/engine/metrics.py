@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -55,8 +55,46 @@ class EngineMetrics:
         return ModelMetrics(self, model)
 
 
+class RecordsMetrics(Protocol):
+    """What a model's scheduler records, from its engine thread."""
+
+    def admitted(self, prompt_tokens: int, cached_tokens: int) -> None:
+        """A request got a slot, reusing `cached_tokens` of its prompt."""
+        ...
+
+    def cache_loaded(self) -> None:
+        """A request's prefix came back from the host-memory prompt cache."""
+        ...
+
+    def cache_size(self, total_bytes: int) -> None:
+        """What the host-memory prompt cache holds now."""
+        ...
+
+    def token(self, first: bool, seconds: float) -> None:
+        """A token was generated `seconds` after arrival (first) or after the previous one."""
+        ...
+
+    def load(self, running: int, waiting: int) -> None:
+        """How many sequences run and how many requests wait."""
+        ...
+
+    def rejected(self, reason: str) -> None:
+        """A request was refused with 503."""
+        ...
+
+    def finished(self, reason: str) -> None:
+        """A request ended (stop, length, cancelled, error)."""
+        ...
+
+
+# The methods of RecordsMetrics: what a model's worker process may ask the HTTP process to record.
+RECORDED = frozenset(
+    ("admitted", "cache_loaded", "cache_size", "token", "load", "rejected", "finished")
+)
+
+
 class ModelMetrics:
-    """What one model's scheduler records, from its engine thread."""
+    """One model's Prometheus children: what its scheduler records (`RecordsMetrics`)."""
 
     def __init__(self, metrics: EngineMetrics, model: str) -> None:
         f = metrics.families

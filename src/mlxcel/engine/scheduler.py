@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from mlxcel.engine import media
-from mlxcel.engine.handle import RequestHandle
-from mlxcel.engine.metrics import ModelMetrics
+from mlxcel.engine.handle import EventSink
+from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.prompt_cache import PromptCache
 from mlxcel.engine.slots import SlotPool, SlotState
 from mlxcel.engine.text import IncrementalText, StopMatcher
@@ -35,9 +35,14 @@ logger = logging.getLogger(__name__)
 MIN_SAVED_TOKENS = 16
 
 
+Admitted = tuple[EventSink, list[int], SamplingParams, tuple[MediaSpan, ...]]
+"""One sequence for `Scheduler.submit`: where its events go, its prompt, its sampling and the
+media spans of its prompt."""
+
+
 @dataclass
 class _Job:
-    handle: RequestHandle
+    handle: EventSink
     prompt: list[int]
     params: SamplingParams
     media: tuple[MediaSpan, ...] = ()
@@ -114,7 +119,7 @@ class Scheduler:
         *,
         limits: SchedulerLimits,
         name: str,
-        metrics: ModelMetrics,
+        metrics: RecordsMetrics,
         prompt_cache: PromptCache | None = None,
     ) -> None:
         self._generator = generator
@@ -141,15 +146,10 @@ class Scheduler:
             self._wakeup.notify()
         self._thread.join(timeout=30)
 
-    def submit(
-        self,
-        request_id: str,
-        sequences: Sequence[tuple[list[int], SamplingParams, tuple[MediaSpan, ...]]],
-    ) -> list[RequestHandle]:
-        """Queue every sequence of one request (its prompts and choices, each with the media
-        spans of its prompt), or none of them: raises EngineError(code='server_busy') when
-        there is no room for all."""
-        loop = asyncio.get_running_loop()
+    def submit(self, sequences: Sequence[Admitted]) -> None:
+        """Queue every sequence of one request (its prompts and choices, each with the sink
+        its events go to and the media spans of its prompt), or none of them: raises
+        EngineError(code='server_busy') when there is no room for all."""
         with self._wakeup:
             most = self._limits.queue_size + self._generator.n_slots
             room = self._limits.queue_size + self._pool.free_count - len(self._waiting)
@@ -163,16 +163,13 @@ class Scheduler:
                 else:
                     message = "the server is busy: request queue is full"
                 raise EngineError(message, "server_busy")
-            jobs = [
-                _Job(RequestHandle(request_id, loop, self._withdraw), prompt, params, media)
-                for prompt, params, media in sequences
-            ]
-            self._waiting.extend(jobs)
+            self._waiting.extend(_Job(*sequence) for sequence in sequences)
             self._update_gauges()
             self._wakeup.notify()
-        return [job.handle for job in jobs]
+        for sink, *_ in sequences:
+            sink.when_cancelled(partial(self._withdraw, sink))
 
-    def _withdraw(self, handle: RequestHandle) -> None:
+    def _withdraw(self, handle: EventSink) -> None:
         """A request was cancelled: a waiting one leaves the queue now; a running one is
         dropped by the engine thread, which this wakes."""
         with self._wakeup:

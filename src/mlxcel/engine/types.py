@@ -151,8 +151,8 @@ class ChatTemplate:
     """Variables the server gives it unless a request sets them (--reasoning and friends)."""
 
 
-class TextGenerator(Protocol):
-    """A loaded text model that steps a batch of sequences, one slot per sequence."""
+class TextModel(Protocol):
+    """What serving reads of a text model: its tokenizer, its context and its slots."""
 
     @property
     def n_ctx_seq(self) -> int:
@@ -203,6 +203,14 @@ class TextGenerator(Protocol):
         """Token ids for `text`."""
         ...
 
+    def token_pieces(self, tokens: Sequence[int], *, special: bool = False) -> list[bytes]:
+        """The bytes each token stands for; control tokens are empty unless `special`."""
+        ...
+
+
+class TextGenerator(TextModel, Protocol):
+    """A loaded text model that steps a batch of sequences, one slot per sequence."""
+
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
         """The bytes one token stands for; control tokens are empty unless `special`."""
         ...
@@ -238,6 +246,10 @@ class EngineError(Exception):
     def __init__(self, message: str, code: str = "engine_error") -> None:
         super().__init__(message)
         self.code = code
+
+    def __reduce__(self) -> tuple[type[EngineError], tuple[str, str]]:
+        # Keeps the code when the error crosses from a model's worker process.
+        return type(self), (str(self), self.code)
 
 
 @dataclass(frozen=True)

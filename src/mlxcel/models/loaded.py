@@ -1,4 +1,4 @@
-"""A loaded model and what it can do."""
+"""A loaded model as the HTTP process serves it, and what it can do."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Literal
 
 from mlxcel.config import Kind, ModelConfig
 from mlxcel.engine.sampling import SamplingDefaults
-from mlxcel.engine.scheduler import Scheduler
-from mlxcel.engine.types import ChatTemplate, TextGenerator
+from mlxcel.engine.types import ChatTemplate, TextModel
 from mlxcel.models.audio import SpeechModel, TranscriptionModel
+from mlxcel.models.remote import Worker
+from mlxcel.models.textgen import RemoteEngine, TextFacts, remote_text_model
 from mlxcel.serving.encoders import EmbeddingModel, RerankModel
 
 Capability = Literal[
@@ -50,12 +51,14 @@ CAPABILITIES: dict[Kind, tuple[Capability, ...]] = {
 
 @dataclass
 class LoadedModel:
-    """A model the server serves: its config, its engine, and what routes need, resolved once."""
+    """A model the server serves: its config, its worker process, the engine there as
+    serving reaches it, and what routes need, resolved once at load."""
 
     config: ModelConfig
+    worker: Worker
     backend: str
-    generator: TextGenerator
-    scheduler: Scheduler
+    generator: TextModel
+    scheduler: RemoteEngine
     defaults: SamplingDefaults
     chat_template: ChatTemplate
     """The template its chats render with (the model's own unless a flag chose another)."""
@@ -93,9 +96,22 @@ class LoadedModel:
         return self.config.reasoning_parser
 
     def close(self) -> None:
-        """Stop the engine thread and free the weights."""
-        self.scheduler.stop()
-        self.generator.close()
+        """End the worker process: the engine stops and every byte of the model goes."""
+        self.worker.stop()
+
+
+def served_model(config: ModelConfig, worker: Worker, facts: TextFacts) -> LoadedModel:
+    """The loaded model of a worker that has sent its facts."""
+    return LoadedModel(
+        config,
+        worker,
+        facts.backend,
+        remote_text_model(worker, facts),
+        RemoteEngine(worker),
+        facts.defaults,
+        facts.chat_template,
+        facts.tool_call_parser,
+    )
 
 
 @dataclass

@@ -4,19 +4,25 @@ started, and its chat template, parsers and sampling defaults resolved once."""
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mlxcel.backends.embeddings import EncoderOptions
 from mlxcel.chat_templates import BUILTIN_TEMPLATES, CHATML, builtin_for
 from mlxcel.config import ModelConfig
-from mlxcel.engine.metrics import EngineMetrics
+from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.prompt_cache import PromptCache
-from mlxcel.engine.sampling import model_defaults
+from mlxcel.engine.sampling import SamplingDefaults, model_defaults
 from mlxcel.engine.scheduler import Scheduler, SchedulerLimits
 from mlxcel.engine.types import ChatTemplate, TextGenerator
-from mlxcel.models.audio import AUDIO_KINDS, engine_label, load_audio_model
-from mlxcel.models.loaded import Loaded, LoadedEncoder, LoadedModel
+from mlxcel.models.audio import (
+    AUDIO_KINDS,
+    SpeechModel,
+    TranscriptionModel,
+    engine_label,
+    load_audio_model,
+)
+from mlxcel.models.loaded import LoadedEncoder
 from mlxcel.parsers.tools import detect_parser
 from mlxcel.progress import progress
 from mlxcel.serving.encoders import load_embedding_model, load_rerank_model
@@ -25,6 +31,8 @@ from mlxcel.serving.reasoning import reasoning_parser_name
 logger = logging.getLogger(__name__)
 
 ENCODER_KINDS = frozenset({"embedding", "rerank"})
+# The kinds that load in the HTTP process; text and vision models each run in a worker.
+IN_PROCESS_KINDS = ENCODER_KINDS | AUDIO_KINDS
 
 
 def choose_backend(model: Path, requested: str) -> str:
@@ -110,12 +118,35 @@ def _open_mlx(config: ModelConfig) -> TextGenerator:
         return MlxGenerator(config.model, options)
 
 
-def load_model(config: ModelConfig, metrics: EngineMetrics) -> Loaded:
-    """Load a model on the backend its kind and format call for, and start its engine."""
+def load_in_process(config: ModelConfig) -> LoadedEncoder | TranscriptionModel | SpeechModel:
+    """Load an embedding, rerank or audio model, which serve in the HTTP process."""
     if config.kind in AUDIO_KINDS:
         return load_audio_model(config)
-    if config.kind in ENCODER_KINDS:
-        return _load_encoder(config)
+    return _load_encoder(config)
+
+
+@dataclass
+class TextEngine:
+    """A text model's engine, in its worker process: the generator, the scheduler that owns
+    it, and what routes need, resolved once."""
+
+    generator: TextGenerator
+    scheduler: Scheduler
+    defaults: SamplingDefaults
+    chat_template: ChatTemplate
+    """The template its chats render with (the model's own unless a flag chose another)."""
+    tool_call_parser: str
+    """The parser for tool calls: the configured one, or with `auto` the template's."""
+
+    def close(self) -> None:
+        """Stop the engine thread and free the weights."""
+        self.scheduler.stop()
+        self.generator.close()
+
+
+def load_text_engine(config: ModelConfig, metrics: RecordsMetrics) -> TextEngine:
+    """Load a text or vision model on the backend its format calls for, and start its engine
+    (in the model's worker process)."""
     backend = choose_backend(config.model, config.backend)
     generator = _open_mlx(config) if backend == "mlx" else _open_llamacpp(config)
     try:
@@ -131,7 +162,7 @@ def load_model(config: ModelConfig, metrics: EngineMetrics) -> Loaded:
         generator,
         limits=SchedulerLimits(config.queue_size, config.queue_timeout),
         name=name,
-        metrics=metrics.bind(name),
+        metrics=metrics,
         prompt_cache=_prompt_cache(config),
     )
     scheduler.start()
@@ -156,9 +187,7 @@ def load_model(config: ModelConfig, metrics: EngineMetrics) -> Loaded:
         # deepseek_r1 or qwen3 for <think> tags: decided per prompt, by who opens the tag.
         reasoning = reasoning_parser_name("auto", "", source) or "none"
         logger.info("[%s] reasoning parser: %s (auto, from the chat template)", name, reasoning)
-    return LoadedModel(
-        config, backend_label(config), generator, scheduler, defaults, template, tool_parser
-    )
+    return TextEngine(generator, scheduler, defaults, template, tool_parser)
 
 
 def _prompt_cache(config: ModelConfig) -> PromptCache | None:

@@ -1,4 +1,4 @@
-"""Memory: this process's resident set, the machine's RAM, a model's weights on disk, and
+"""Memory: a process's resident set, the machine's RAM, a model's weights on disk, and
 --max-memory sizes (bytes, K/M/G suffixes, or a percentage of RAM)."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ _FACTORS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 MIB = 1024 * 1024
 
 
-def resident_bytes() -> int | None:
-    """This process's resident memory now (None where /proc is not there to say)."""
+def resident_bytes(pid: int | None = None) -> int | None:
+    """A process's resident memory now (this one's by default; None where /proc is not there
+    to say, or the process is gone)."""
     try:
-        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        pages = int(Path(f"/proc/{pid or 'self'}/statm").read_text().split()[1])
     except (OSError, IndexError, ValueError):
         return None
     return pages * os.sysconf("SC_PAGE_SIZE")

@@ -2,8 +2,11 @@
 
 A route asks for a model by name and capability; the registry answers with a loaded model,
 loading it first when it is on demand or was unloaded, and holds a lease on it until the
-request is done so that it is never unloaded under a request. All state changes happen on the
-event loop; loading and unloading run on a worker thread.
+request is done so that it is never unloaded under a request. Each loaded text or vision
+model lives in a worker process of its own (`models/remote.py`): loading starts it, unloading
+ends it, and one that dies is `failed` until its next request starts it again. Embedding,
+rerank and audio models load in this process. All state changes happen on the event loop;
+loading, and starting and stopping workers, run on a thread.
 """
 
 from __future__ import annotations
@@ -24,9 +27,13 @@ from mlxcel.models.loaded import (
     CAPABILITY_NAMES,
     Capability,
     Loaded,
+    LoadedModel,
+    served_model,
 )
-from mlxcel.models.loader import load_model
+from mlxcel.models.loader import IN_PROCESS_KINDS, load_in_process
 from mlxcel.models.memory import mib, resident_bytes, weights_bytes
+from mlxcel.models.remote import Worker
+from mlxcel.models.wire import Setup
 
 logger = logging.getLogger(__name__)
 
@@ -80,12 +87,18 @@ class ModelEntry:
     """The load or unload in progress; it ends with why a load failed, or None."""
     failures: deque[float] = field(default_factory=deque)
     size: int | None = None
-    """Resident memory the model took when it last loaded (measured, not guessed)."""
+    """What the model took when it last loaded, measured: its worker's resident memory (or
+    what this process grew by, for a kind that loads in it)."""
 
     @property
     def name(self) -> str:
         """The served name."""
         return self.config.served_name
+
+    @property
+    def pid(self) -> int | None:
+        """The process id of the model's worker, while one serves it."""
+        return self.model.worker.pid if isinstance(self.model, LoadedModel) else None
 
     @property
     def capabilities(self) -> tuple[Capability, ...]:
@@ -130,6 +143,8 @@ class ModelRegistry:
         *,
         lenient: bool = False,
         max_memory: int | None = None,
+        log_level: str = "info",
+        log_format: str = "text",
     ) -> None:
         self._entries = [ModelEntry(config) for config in configs]
         self._metrics = metrics
@@ -137,6 +152,7 @@ class ModelRegistry:
         """One model of a capability serves requests that name an unknown model."""
         self._stand_ins: set[str] = set()
         self._max_memory = max_memory
+        self._logging = (log_level, log_format)
         # One load at a time: each is measured alone, and each decides about room alone.
         self._load_lock = asyncio.Lock()
 
@@ -238,10 +254,9 @@ class ModelRegistry:
         try:
             async with self._load_lock:
                 await self._make_room(entry)
-                started, before = time.monotonic(), resident_bytes()
+                started = time.monotonic()
                 logger.info("loading model '%s'", entry.name)
-                model = await asyncio.to_thread(load_model, entry.config, self._metrics)
-                after = resident_bytes()
+                model, size = await self._open(entry)
         except NoRoom as exc:
             entry.state = "unloaded"
             logger.warning("%s", exc)
@@ -253,12 +268,50 @@ class ModelRegistry:
             return f"the model '{entry.name}' failed to load: {entry.reason}"
         finally:
             entry.task = None
-        if before is not None and after is not None:
-            entry.size = max(0, after - before)
+        entry.size = size or entry.size
         entry.model, entry.state, entry.reason = model, "loaded", None
-        size = f", resident {mib(entry.size)}" if entry.size is not None else ""
-        logger.info("loaded model '%s' in %.1fs%s", entry.name, time.monotonic() - started, size)
+        size_text = f", resident {mib(entry.size)}" if entry.size is not None else ""
+        where = f"worker pid {entry.pid}" if entry.pid is not None else "in this process"
+        logger.info(
+            "loaded model '%s' in %.1fs (%s%s)",
+            entry.name,
+            time.monotonic() - started,
+            where,
+            size_text,
+        )
         return None
+
+    async def _open(self, entry: ModelEntry) -> tuple[Loaded, int | None]:
+        """Load the model (a text or vision model in a worker process of its own, the other
+        kinds in this one) and measure what it takes."""
+        if entry.config.kind not in IN_PROCESS_KINDS:
+            loop = asyncio.get_running_loop()
+            served = await asyncio.to_thread(self._start_worker, entry, loop)
+            return served, served.worker.resident_bytes()
+        before = resident_bytes()
+        model = await asyncio.to_thread(load_in_process, entry.config)
+        after = resident_bytes()
+        return model, None if before is None or after is None else max(0, after - before)
+
+    def _start_worker(self, entry: ModelEntry, loop: asyncio.AbstractEventLoop) -> LoadedModel:
+        """Start the model's worker process and wait for the model to load there (a thread)."""
+        config = entry.config
+
+        def on_exit(worker: Worker, reason: str) -> None:
+            loop.call_soon_threadsafe(self._died, entry, worker, reason)
+
+        setup = Setup(config, *self._logging)
+        worker, facts = Worker.start(config, setup, self._metrics.bind(entry.name), on_exit)
+        return served_model(config, worker, facts)
+
+    def _died(self, entry: ModelEntry, worker: Worker, reason: str) -> None:
+        """A loaded model's worker ended on its own: the model failed; its next request
+        starts it again (within the bounded restart rate)."""
+        if not isinstance(entry.model, LoadedModel) or entry.model.worker is not worker:
+            return
+        entry.model, entry.state, entry.reason = None, "failed", reason
+        entry.failures.append(time.monotonic())
+        logger.error("model '%s' failed: %s", entry.name, reason)
 
     async def _make_room(self, entry: ModelEntry) -> None:
         """Unload idle unpinned models, least recently used first, until `entry` fits the
@@ -357,7 +410,7 @@ class ModelRegistry:
                     await self.unload(entry, f"idle for {timeout:g}s")
 
     def close(self) -> None:
-        """Stop every engine and free every model (at shutdown)."""
+        """End every worker process (at shutdown)."""
         for entry in self._entries:
             if entry.model is not None:
                 entry.model.close()

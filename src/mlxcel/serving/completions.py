@@ -57,7 +57,7 @@ def prepare_completion(
         echoes = [
             text
             if isinstance(text, str)
-            else b"".join(map(generator.token_bytes, tokenize_prompt(generator, text))).decode(
+            else b"".join(generator.token_pieces(tokenize_prompt(generator, text))).decode(
                 errors="replace"
             )
             for text in texts

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mlxcel.engine.types import FillsInTheMiddle, TextGenerator
+from mlxcel.engine.types import FillsInTheMiddle, TextModel
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.infill import ExtraFile, InfillRequest
 from mlxcel.serving.errors import invalid_request
@@ -59,13 +59,11 @@ def fim_layout(model: LoadedModel, param: str) -> FimLayout:
     return FimLayout(fim.prefix, fim.suffix, fim.middle, fim.repo, fim.separator)
 
 
-def _plain(generator: TextGenerator, text: str) -> list[int]:
+def _plain(generator: TextModel, text: str) -> list[int]:
     return generator.tokenize(text, add_special=False, parse_special=False)
 
 
-def _extra_tokens(
-    generator: TextGenerator, fim: FimLayout, files: Sequence[ExtraFile]
-) -> list[int]:
+def _extra_tokens(generator: TextModel, fim: FimLayout, files: Sequence[ExtraFile]) -> list[int]:
     tokens: list[int] = []
     if fim.repo is not None:
         tokens += [fim.repo, *_plain(generator, PROJECT)]
@@ -81,7 +79,7 @@ def _extra_tokens(
 
 
 def infill_prompt(
-    generator: TextGenerator,
+    generator: TextModel,
     fim: FimLayout,
     prefix: list[int],
     suffix: list[int],

@@ -53,9 +53,8 @@ def tokenize(model: LoadedModel, request: TokenizeRequest) -> dict[str, Any]:
     )
     if not request.with_pieces:
         return {"tokens": ids}
-    return {
-        "tokens": [{"id": t, "piece": _piece(generator.token_bytes(t, special=True))} for t in ids]
-    }
+    pieces = generator.token_pieces(ids, special=True)
+    return {"tokens": [{"id": t, "piece": _piece(p)} for t, p in zip(ids, pieces, strict=True)]}
 
 
 def detokenize(model: LoadedModel, request: DetokenizeRequest) -> dict[str, str]:

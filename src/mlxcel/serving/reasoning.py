@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mlxcel.engine.types import TextGenerator
+from mlxcel.engine.types import TextModel
 
 
 def reasoning_parser_name(setting: str, prompt_text: str, template_source: str) -> str | None:
@@ -29,7 +29,7 @@ def thinking_kwargs(effort: str | None) -> dict[str, object]:
     return {"reasoning_effort": effort, **({"enable_thinking": False} if effort == "none" else {})}
 
 
-def reasoning_tokens(generator: TextGenerator, reasoning: str, output_tokens: int) -> int:
+def reasoning_tokens(generator: TextModel, reasoning: str, output_tokens: int) -> int:
     """Output tokens spent thinking: the reasoning text retokenized, at most the output."""
     if not reasoning:
         return 0

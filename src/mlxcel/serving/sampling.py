@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mlxcel.engine.sampling import SamplingDefaults
-from mlxcel.engine.types import DRY_BREAKERS, SamplerStage, SamplingParams, TextGenerator
+from mlxcel.engine.types import DRY_BREAKERS, SamplerStage, SamplingParams, TextModel
 from mlxcel.protocol.common import SamplingFields
 from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.structured import output_schema
@@ -82,7 +82,7 @@ def sampler_stages(samplers: Sequence[str] | str | None) -> tuple[SamplerStage, 
     return tuple(table[name] for name in names)
 
 
-def logit_bias(request: SamplingFields, generator: TextGenerator) -> tuple[tuple[int, float], ...]:
+def logit_bias(request: SamplingFields, generator: TextModel) -> tuple[tuple[int, float], ...]:
     """logit_bias as (token id, bias) pairs: a text key biases every token of its text, and
     llama-server's `false` bans the token."""
     pairs: list[tuple[int, float]] = []

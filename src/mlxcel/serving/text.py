@@ -22,6 +22,7 @@ from mlxcel.engine.types import (
 )
 from mlxcel.logs import current_request
 from mlxcel.models.loaded import LoadedModel
+from mlxcel.models.textgen import MODEL_UNAVAILABLE
 from mlxcel.protocol.common import SamplingFields
 from mlxcel.serving.errors import APIError, invalid_request
 from mlxcel.serving.sampling import logit_bias, sampling_params
@@ -189,6 +190,8 @@ def prepare_choices(
 
 
 def _engine_error(error: EngineError, constraint_param: str | None) -> APIError:
+    if error.code == MODEL_UNAVAILABLE:
+        return APIError(503, str(error), code=MODEL_UNAVAILABLE, headers={"Retry-After": "1"})
     if error.code == "server_busy":
         return APIError(
             503, str(error), type="server_busy", code="server_busy", headers={"Retry-After": "1"}

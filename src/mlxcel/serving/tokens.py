@@ -5,26 +5,26 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 
-from mlxcel.engine.types import TextGenerator
+from mlxcel.engine.types import TextModel
 from mlxcel.protocol.common import Prompt
 from mlxcel.serving.errors import invalid_request
 
 # Slack over the longest token's length before a text is called too long from its size alone:
 # a tokenizer that normalizes (drops or merges characters) makes fewer tokens than its bytes.
 _SIZE_SLACK = 4
-_longest_tokens: weakref.WeakKeyDictionary[TextGenerator, int] = weakref.WeakKeyDictionary()
+_longest_tokens: weakref.WeakKeyDictionary[TextModel, int] = weakref.WeakKeyDictionary()
 
 
-def longest_token(generator: TextGenerator) -> int:
+def longest_token(generator: TextModel) -> int:
     """The most bytes of text one of the model's tokens stands for (computed once a model)."""
     longest = _longest_tokens.get(generator)
     if longest is None:
-        pieces = (generator.token_bytes(t, special=True) for t in range(generator.n_vocab))
+        pieces = generator.token_pieces(range(generator.n_vocab), special=True)
         longest = _longest_tokens[generator] = max(1, *(len(piece) for piece in pieces))
     return longest
 
 
-def check_text_size(generator: TextGenerator, text: str, param: str) -> None:
+def check_text_size(generator: TextModel, text: str, param: str) -> None:
     """A 400 for a text so long it cannot fit the context whatever its tokens, before it is
     tokenized (which takes seconds for megabytes): no token covers more than the longest."""
     limit = generator.n_ctx_seq * longest_token(generator) * _SIZE_SLACK
@@ -39,7 +39,7 @@ def check_text_size(generator: TextGenerator, text: str, param: str) -> None:
 
 
 def tokenize_prompt(
-    generator: TextGenerator, prompt: Prompt, *, bos: bool = True, parse_special: bool = True
+    generator: TextModel, prompt: Prompt, *, bos: bool = True, parse_special: bool = True
 ) -> list[int]:
     """A prompt's tokens: text as the model's tokenizer makes them (with BOS when `bos`, the
     model wants one and the prompt starts with text), token ids as they are."""
@@ -55,13 +55,13 @@ def tokenize_prompt(
     return tokens
 
 
-def detokenize_ids(generator: TextGenerator, tokens: Sequence[int]) -> str:
+def detokenize_ids(generator: TextModel, tokens: Sequence[int]) -> str:
     """The text of some token ids, with broken UTF-8 replaced."""
-    data = b"".join(generator.token_bytes(t, special=True) for t in tokens)
+    data = b"".join(generator.token_pieces(tokens, special=True))
     return data.decode("utf-8", errors="replace")
 
 
-def check_vocabulary(generator: TextGenerator, tokens: Sequence[int], param: str) -> None:
+def check_vocabulary(generator: TextModel, tokens: Sequence[int], param: str) -> None:
     """400 naming `param` unless every id is in the vocabulary (llama.cpp aborts on others)."""
     n_vocab = generator.n_vocab
     bad = next((t for t in tokens if not 0 <= t < n_vocab), None)

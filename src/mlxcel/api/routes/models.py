@@ -22,7 +22,11 @@ def _listed(entry: ModelEntry, request: Request) -> dict[str, Any]:
     """One model as listed. Its path on disk only with an API key set (docs/security.md): on
     an open server anything that reaches it (a page --cors-origins allows) would read it."""
     config = entry.config
-    meta: dict[str, Any] = {"backend": backend_label(config), "memory_bytes": entry.size}
+    meta: dict[str, Any] = {
+        "backend": backend_label(config),
+        "memory_bytes": entry.size,
+        "pid": entry.pid,
+    }
     if request.app.state.api_keys:
         meta["path"] = str(config.model)
     listed: dict[str, Any] = {

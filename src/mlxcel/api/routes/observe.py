@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -27,6 +28,7 @@ async def slots(request: Request, model: str | None = None) -> list[dict[str, An
     """llama-server's /slots: one entry per slot of the model (default: the first)."""
     loaded = await model_for(request, model)
     n_ctx = loaded.generator.n_ctx_seq
+    slots = await asyncio.to_thread(loaded.scheduler.slots)
     return [
         {
             "id": index,
@@ -37,5 +39,5 @@ async def slots(request: Request, model: str | None = None) -> list[dict[str, An
             "n_cached_tokens": len(state.tokens),
             "next_token": {"has_next_token": state.busy, "n_decoded": decoded},
         }
-        for index, (state, decoded, n_prompt) in enumerate(loaded.scheduler.slots())
+        for index, (state, decoded, n_prompt) in enumerate(slots)
     ]

@@ -245,6 +245,9 @@ class LlamaCppGenerator:
             self._pieces[token] = piece
         return piece
 
+    def token_pieces(self, tokens: Sequence[int], *, special: bool = False) -> list[bytes]:
+        return [self.token_bytes(t, special=special) for t in tokens]
+
     def is_end_of_generation(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 

@@ -202,6 +202,9 @@ class MlxGenerator:
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
         return self._vocab.token_bytes(token, special=special)
 
+    def token_pieces(self, tokens: Sequence[int], *, special: bool = False) -> list[bytes]:
+        return [self.token_bytes(t, special=special) for t in tokens]
+
     def is_end_of_generation(self, token: int) -> bool:
         return token in self._vocab.end_of_generation
 

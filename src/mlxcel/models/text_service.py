@@ -1,0 +1,107 @@
+"""A text-generation model as its worker process serves it (`models/worker.py`'s `Service`).
+
+`TextService` loads the engine, tells the HTTP process its facts once, answers the calls
+`tokenize`, `token_pieces`, `tokenize_with_images`, `slots` and `stop`, and streams `generate`:
+the scheduler's token events for every sequence of one request, admitted whole or not at all.
+The HTTP process's side is `models/textgen.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from mlxcel.config import ModelConfig
+from mlxcel.engine.handle import ends
+from mlxcel.engine.metrics import RecordsMetrics
+from mlxcel.engine.slots import SlotState
+from mlxcel.engine.types import FillsInTheMiddle, MediaSpan, SeesImages, TokenEvent
+from mlxcel.media.images import Image
+from mlxcel.models.loader import TextEngine, backend_label, load_text_engine
+from mlxcel.models.textgen import TextFacts, TextSequence
+from mlxcel.models.worker import StreamSink
+
+
+class TextService:
+    """A text model's engine in its worker."""
+
+    calls = frozenset({"tokenize", "token_pieces", "tokenize_with_images", "slots", "stop"})
+    streams = frozenset({"generate"})
+
+    def __init__(self, config: ModelConfig, engine: TextEngine) -> None:
+        self._config = config
+        self._engine = engine
+
+    @classmethod
+    def open(cls, config: ModelConfig, metrics: RecordsMetrics) -> TextService:
+        """Load the model and start its engine."""
+        return cls(config, load_text_engine(config, metrics))
+
+    def facts(self) -> TextFacts:
+        """What the HTTP process needs to serve the model."""
+        engine, generator = self._engine, self._engine.generator
+        fim = generator.fim_tokens if isinstance(generator, FillsInTheMiddle) else None
+        marker = None
+        if "image" in generator.input_modalities and isinstance(generator, SeesImages):
+            marker = generator.media_marker
+        return TextFacts(
+            backend_label(self._config),
+            generator.n_ctx_seq,
+            generator.n_vocab,
+            generator.n_slots,
+            generator.batched,
+            generator.max_feed_tokens,
+            generator.chat_template,
+            dict(generator.generation_config),
+            generator.add_bos,
+            tuple(generator.input_modalities),
+            marker,
+            fim,
+            engine.defaults,
+            engine.chat_template,
+            engine.tool_call_parser,
+        )
+
+    def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        """Token ids for `text`."""
+        return self._engine.generator.tokenize(
+            text, add_special=add_special, parse_special=parse_special
+        )
+
+    def token_pieces(self, tokens: list[int], special: bool) -> list[bytes]:
+        """The bytes each token stands for."""
+        return self._engine.generator.token_pieces(tokens, special=special)
+
+    def tokenize_with_images(
+        self, text: str, images: list[Image]
+    ) -> tuple[list[int], tuple[MediaSpan, ...]]:
+        """A prompt's tokens with its images laid out, and their spans with the embedding rows
+        (which go back out with the generation)."""
+        generator = self._engine.generator
+        if not isinstance(generator, SeesImages):
+            raise ValueError("this model does not read images")
+        return generator.tokenize_with_images(text, images)
+
+    def slots(self) -> list[tuple[SlotState, int, int]]:
+        """The scheduler's snapshot for /slots."""
+        return self._engine.scheduler.slots()
+
+    def stop(self) -> None:
+        """End every running and waiting generation with a shutdown error."""
+        self._engine.scheduler.stop()
+
+    def generate(self, sinks: Sequence[StreamSink], sequences: Sequence[TextSequence]) -> None:
+        """Queue the sequences of one request, whose events go to `sinks`, all or none; no
+        room for all raises."""
+        self._engine.scheduler.submit(
+            [(sink, *sequence) for sink, sequence in zip(sinks, sequences, strict=True)]
+        )
+
+    def is_last(self, item: Any) -> bool:
+        """Whether a token event ends its generation."""
+        assert isinstance(item, TokenEvent)
+        return ends(item)
+
+    def close(self) -> None:
+        """Stop the engine thread (running requests end with an error)."""
+        self._engine.scheduler.stop()

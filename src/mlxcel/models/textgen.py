@@ -1,0 +1,221 @@
+"""A text-generation model across the process boundary, as the HTTP process serves it.
+
+`RemoteTextModel` answers what serving reads of the model from the facts its worker sent once
+(context, slots, the chat template) and tokenizes, detokenizes and embeds images through calls;
+`RemoteEngine.submit` returns a `RequestHandle` per sequence, fed by the worker's events, whose
+cancellation travels back. The worker's side is `models/text_service.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from mlxcel.engine.handle import RequestHandle, ends
+from mlxcel.engine.sampling import SamplingDefaults
+from mlxcel.engine.slots import SlotState
+from mlxcel.engine.types import (
+    ChatTemplate,
+    EngineError,
+    FimTokens,
+    MediaSpan,
+    SamplingParams,
+    TokenEvent,
+)
+from mlxcel.media.images import Image
+from mlxcel.models.remote import Worker, WorkerGone
+
+# The engine error code of a request whose model's worker died under it (a 503).
+MODEL_UNAVAILABLE = "model_unavailable"
+
+TextSequence = tuple[list[int], SamplingParams, tuple[MediaSpan, ...]]
+"""One sequence to generate: its prompt, its sampling, and the media spans of its prompt."""
+
+
+@dataclass(frozen=True)
+class TextFacts:
+    """What the HTTP process keeps of a loaded text model (sent once, when it loads)."""
+
+    backend: str
+    n_ctx_seq: int
+    n_vocab: int
+    n_slots: int
+    batched: bool
+    max_feed_tokens: int
+    own_template: ChatTemplate | None
+    generation_config: dict[str, float]
+    add_bos: bool
+    input_modalities: tuple[str, ...]
+    media_marker: str | None
+    """The text that stands for an image in a prompt, for a model that reads images."""
+    fim_tokens: FimTokens | None
+    defaults: SamplingDefaults
+    chat_template: ChatTemplate
+    tool_call_parser: str
+
+
+class RemoteTextModel:
+    """`TextModel` for serving in the HTTP process: facts kept, tokenizing by a call."""
+
+    def __init__(self, worker: Worker, facts: TextFacts) -> None:
+        self._worker = worker
+        self._facts = facts
+
+    @property
+    def n_ctx_seq(self) -> int:
+        return self._facts.n_ctx_seq
+
+    @property
+    def n_vocab(self) -> int:
+        return self._facts.n_vocab
+
+    @property
+    def n_slots(self) -> int:
+        return self._facts.n_slots
+
+    @property
+    def batched(self) -> bool:
+        return self._facts.batched
+
+    @property
+    def max_feed_tokens(self) -> int:
+        return self._facts.max_feed_tokens
+
+    @property
+    def chat_template(self) -> ChatTemplate | None:
+        return self._facts.own_template
+
+    @property
+    def generation_config(self) -> Mapping[str, float]:
+        return self._facts.generation_config
+
+    @property
+    def add_bos(self) -> bool:
+        return self._facts.add_bos
+
+    @property
+    def input_modalities(self) -> tuple[str, ...]:
+        return self._facts.input_modalities
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        tokens: list[int] = self._worker.call("tokenize", text, add_special, parse_special)
+        return tokens
+
+    def token_pieces(self, tokens: Sequence[int], *, special: bool = False) -> list[bytes]:
+        pieces: list[bytes] = self._worker.call("token_pieces", list(tokens), special)
+        return pieces
+
+
+class RemoteFimModel(RemoteTextModel):
+    """A remote text model whose vocabulary has fill-in-the-middle tokens (`FillsInTheMiddle`)."""
+
+    @property
+    def fim_tokens(self) -> FimTokens:
+        fim = self._facts.fim_tokens
+        assert fim is not None
+        return fim
+
+
+class RemoteVisionModel(RemoteTextModel):
+    """A remote text model that reads images (`SeesImages`): the worker embeds them, and the
+    rows come back in the prompt's media spans, to go out again with its generation."""
+
+    @property
+    def media_marker(self) -> str:
+        marker = self._facts.media_marker
+        assert marker is not None
+        return marker
+
+    def tokenize_with_images(
+        self, text: str, images: Sequence[Image]
+    ) -> tuple[list[int], tuple[MediaSpan, ...]]:
+        laid_out: tuple[list[int], tuple[MediaSpan, ...]] = self._worker.call(
+            "tokenize_with_images", text, list(images)
+        )
+        return laid_out
+
+
+class RemoteFimVisionModel(RemoteFimModel, RemoteVisionModel):
+    """A remote model with fill-in-the-middle tokens that also reads images."""
+
+
+def remote_text_model(worker: Worker, facts: TextFacts) -> RemoteTextModel:
+    """The serving side of a worker's text model."""
+    fim, vision = facts.fim_tokens is not None, facts.media_marker is not None
+    if fim and vision:
+        return RemoteFimVisionModel(worker, facts)
+    if vision:
+        return RemoteVisionModel(worker, facts)
+    return RemoteFimModel(worker, facts) if fim else RemoteTextModel(worker, facts)
+
+
+def unavailable(error: WorkerGone) -> EngineError:
+    """The engine error of a request whose model's worker is gone (a 503 that says retry)."""
+    return EngineError(f"{error}; retry the request", MODEL_UNAVAILABLE)
+
+
+class RemoteHandle(RequestHandle):
+    """A request's handle whose events come from the model's worker; cancelling it tells the
+    worker."""
+
+    def __init__(self, request_id: str, loop: asyncio.AbstractEventLoop, worker: Worker) -> None:
+        super().__init__(request_id, loop)
+        self._worker = worker
+        self.stream_id: int | None = None
+        self._ended = False
+
+    def fail(self, error: BaseException) -> None:
+        """From the reader thread: the generation cannot go on (the worker died, or it could
+        not start); its last event carries the error."""
+        if isinstance(error, EngineError):
+            engine_error = error
+        elif isinstance(error, WorkerGone):
+            engine_error = unavailable(error)
+        else:
+            engine_error = EngineError(str(error) or type(error).__name__)
+        self.deliver(TokenEvent("", (), error=engine_error))
+
+    def receive(self, event: TokenEvent) -> None:
+        if ends(event):
+            self._ended = True
+        super().receive(event)
+
+    def cancel(self) -> None:
+        if not self.cancelled and not self._ended and self.stream_id is not None:
+            self._worker.cancel(self.stream_id)
+        super().cancel()
+
+
+class RemoteEngine:
+    """The scheduler of a model in its worker, as serving submits to it."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+
+    def submit(self, request_id: str, sequences: Sequence[TextSequence]) -> list[RequestHandle]:
+        """Queue every sequence of one request (each with the media spans of its prompt), all
+        or none: their events arrive on the returned handles, and a refusal (no room for all)
+        is each one's first event; EngineError if the worker is gone."""
+        loop = asyncio.get_running_loop()
+        handles = [RemoteHandle(request_id, loop, self._worker) for _ in sequences]
+        try:
+            ids = self._worker.stream("generate", (list(sequences),), handles)
+        except WorkerGone as exc:
+            raise unavailable(exc) from exc
+        for handle, stream_id in zip(handles, ids, strict=True):
+            handle.stream_id = stream_id
+        return list(handles)
+
+    def slots(self) -> list[tuple[SlotState, int, int]]:
+        """Each slot's state, tokens decoded and prompt length (a call to the worker)."""
+        snapshot: list[tuple[SlotState, int, int]] = self._worker.call("slots")
+        return snapshot
+
+    def stop(self) -> None:
+        """End every generation running or waiting with a shutdown error (at shutdown, once
+        the drain gave up); the worker keeps running until the registry stops it."""
+        try:
+            self._worker.call("stop")
+        except WorkerGone:
+            return
