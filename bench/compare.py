@@ -8,12 +8,21 @@ llama-cpp-python's own server (`python -m llama_cpp.server`), and `mlxcel serve`
 each target as a ratio. `--shape` builds (once, into bench/.cache) a random-weight Q4_0 GGUF of
 a real model's shape with bench/models.py; every target generates until max_tokens there too.
 Absolute numbers move with the machine's load; ratios from one run are what to compare.
+
+    python bench/compare.py --against OTHER/src [--rounds 3]
+
+measures instead what the process boundary costs: `mlxcel serve` from this checkout (each
+model in a worker process) and from another source tree (say `git archive` of a commit that
+served in-process), interleaved A/B/A/B on the same GGUF, and prints every run, then the
+medians' ratios: single-stream decode, 8-stream aggregate decode and TTFT at 8 clients.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import statistics
 import subprocess
 import sys
 import time
@@ -98,8 +107,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start(command: list[str], port: int, health: str) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _start(
+    command: list[str], port: int, health: str, src: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a server (mlxcel imported from `src` when given) and wait for `health`."""
+    env = {**os.environ, "PYTHONPATH": str(src)} if src is not None else None
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -178,8 +193,11 @@ def measure_peer(path: Path, args: argparse.Namespace) -> dict[int, dict]:
         peer.wait()
 
 
-def measure_ours(path: Path, args: argparse.Namespace) -> tuple[dict[int, dict], float, float]:
-    """mlxcel serve at 1 and 8 clients, then its cold and warm 2,000-token-prefix TTFT."""
+def measure_ours(
+    path: Path, args: argparse.Namespace, src: Path | None = None
+) -> tuple[dict[int, dict], float, float]:
+    """mlxcel serve (from `src` if given) at 1 and 8 clients, then its cold and warm
+    2,000-token-prefix TTFT."""
     port = _free_port()
     mlxcel = Path(sys.executable).parent / "mlxcel"
     ours_proc = _start(
@@ -201,6 +219,7 @@ def measure_ours(path: Path, args: argparse.Namespace) -> tuple[dict[int, dict],
         ],
         port,
         "/health",
+        src,
     )
     try:
         ours = serve_levels(f"http://127.0.0.1:{port}/v1", [1, 8], args)
@@ -224,8 +243,15 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--steps", type=int, default=128)
+    parser.add_argument(
+        "--against", type=Path, help="another mlxcel source tree: measure the two servers A/B"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="A/B pairs with --against")
     args = parser.parse_args()
     path = model_file(args)
+    if args.against is not None:
+        boundary(path, args)
+        return
     prefill, raw1 = raw_engine(path, args.threads, 1, args.prompt_tokens, args.steps)
     _, raw8 = raw_engine(path, args.threads, 8, args.prompt_tokens, args.steps)
     # Served streams start at different times, so their positions spread over max_tokens.
@@ -239,6 +265,41 @@ def main() -> None:
     theirs = measure_peer(path, args)
     ours, cold, warm = measure_ours(path, args)
     report(theirs, ours, (raw1, raw8, staggered), cold, warm)
+
+
+def _figures(levels: dict[int, dict]) -> tuple[float, float, float]:
+    """Single-stream decode, 8-stream aggregate decode (tok/s, from the median inter-token
+    latency) and the median TTFT at 8 clients (ms)."""
+    return (
+        1000 / levels[1]["itl_median_ms"],
+        8 * 1000 / levels[8]["itl_median_ms"],
+        levels[8]["ttft_median_ms"],
+    )
+
+
+def boundary(path: Path, args: argparse.Namespace) -> None:
+    """This checkout's server (B) against the one in --against (A), interleaved A/B/A/B."""
+    here = Path(__file__).resolve().parent.parent / "src"
+    runs: dict[str, list[tuple[float, float, float]]] = {"A": [], "B": []}
+    for round_ in range(1, args.rounds + 1):
+        for name, src in (("A", args.against), ("B", here)):
+            levels, cold, _ = measure_ours(path, args, src)
+            figures = _figures(levels)
+            runs[name].append(figures)
+            print(
+                f"round {round_} {name} ({src}): decode {figures[0]:.1f} tok/s at 1 stream, "
+                f"{figures[1]:.1f} aggregate at 8; median TTFT at 8 {figures[2]:.0f} ms; "
+                f"2,000-token prefix cold {cold * 1000:.0f} ms",
+                flush=True,
+            )
+    med = {name: [statistics.median(f[i] for f in runs[name]) for i in range(3)] for name in runs}
+    print("medians, B/A (B: this checkout):")
+    labels = ("single-stream decode tok/s", "8-stream aggregate tok/s", "median TTFT at 8, ms")
+    for i, label in enumerate(labels):
+        print(
+            f"  {label + ':':28}{med['B'][i]:.1f} / {med['A'][i]:.1f} = "
+            f"{med['B'][i] / med['A'][i]:.3f}x"
+        )
 
 
 def report(
