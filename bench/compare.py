@@ -196,8 +196,8 @@ def measure_peer(path: Path, args: argparse.Namespace) -> dict[int, dict]:
 def measure_ours(
     path: Path, args: argparse.Namespace, src: Path | None = None
 ) -> tuple[dict[int, dict], float, float]:
-    """mlxcel serve (from `src` if given) at 1 and 8 clients, then its cold and warm
-    2,000-token-prefix TTFT."""
+    """mlxcel serve at 1 and 8 clients, then its cold and warm 2,000-token-prefix TTFT; from
+    `src` if given, and then without the prefix TTFT (0, 0)."""
     port = _free_port()
     mlxcel = Path(sys.executable).parent / "mlxcel"
     ours_proc = _start(
@@ -223,7 +223,7 @@ def measure_ours(
     )
     try:
         ours = serve_levels(f"http://127.0.0.1:{port}/v1", [1, 8], args)
-        cold, warm = prefix_ttft(f"http://127.0.0.1:{port}/v1", 2000)
+        cold, warm = prefix_ttft(f"http://127.0.0.1:{port}/v1", 2000) if src is None else (0, 0)
     finally:
         ours_proc.terminate()
         ours_proc.wait()
@@ -283,13 +283,12 @@ def boundary(path: Path, args: argparse.Namespace) -> None:
     runs: dict[str, list[tuple[float, float, float]]] = {"A": [], "B": []}
     for round_ in range(1, args.rounds + 1):
         for name, src in (("A", args.against), ("B", here)):
-            levels, cold, _ = measure_ours(path, args, src)
+            levels, _, _ = measure_ours(path, args, src)
             figures = _figures(levels)
             runs[name].append(figures)
             print(
                 f"round {round_} {name} ({src}): decode {figures[0]:.1f} tok/s at 1 stream, "
-                f"{figures[1]:.1f} aggregate at 8; median TTFT at 8 {figures[2]:.0f} ms; "
-                f"2,000-token prefix cold {cold * 1000:.0f} ms",
+                f"{figures[1]:.1f} aggregate at 8; median TTFT at 8 {figures[2]:.0f} ms",
                 flush=True,
             )
     med = {name: [statistics.median(f[i] for f in runs[name]) for i in range(3)] for name in runs}

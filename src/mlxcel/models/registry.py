@@ -246,7 +246,10 @@ class ModelRegistry:
                     raise ModelUnavailable(error)
                 continue
             if entry.state == "failed" and not entry.may_restart(time.monotonic()):
-                raise ModelUnavailable(f"the model '{entry.name}' failed to load: {entry.reason}")
+                raise ModelUnavailable(
+                    f"the model '{entry.name}' failed {RESTARTS_PER_WINDOW} times within "
+                    f"{RESTART_WINDOW_S:g}s, last: {entry.reason}; retry later"
+                )
             entry.task = asyncio.ensure_future(self._load(entry))
 
     async def _load(self, entry: ModelEntry) -> str | None:
