@@ -26,6 +26,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def alive(pid: int) -> bool:
+    """Whether a process runs (a zombie nobody has reaped yet counts as ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 def metric_sum(text: str, name: str, **labels: str) -> float:
     """The sum of a sample in a /metrics page over the series whose labels include `labels`."""
     wanted = {f'{key}="{value}"' for key, value in labels.items()}
