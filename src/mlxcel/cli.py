@@ -14,6 +14,7 @@ from pathlib import Path
 import mlxcel
 from mlxcel import config as defaults
 from mlxcel.cli_arguments import serve_arguments
+from mlxcel.cli_audio import audio_config
 from mlxcel.cli_encoders import encoder_config
 from mlxcel.cli_launch import launch_arguments, launch_argv
 from mlxcel.cli_llama_server import check_llama_server_arguments
@@ -161,6 +162,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         cors_origins=parse_origins(args.cors_origins) if args.cors_origins else (),
         media=media_policy(args),
         **encoder_config(parser, args),
+        **audio_config(parser, args),
         **security_settings(args),
         **server,  # type: ignore[arg-type]
     )

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from mlxcel import config as defaults
+from mlxcel.cli_audio import audio_arguments
 from mlxcel.cli_encoders import encoder_arguments
 from mlxcel.cli_llama_server import llama_server_arguments
 from mlxcel.cli_media import media_arguments
@@ -247,6 +248,7 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     llama_server_arguments(parser)
     encoder_arguments(parser)
+    audio_arguments(parser)
     media_arguments(parser)
     security_arguments(parser)
 

@@ -42,6 +42,9 @@ DEFAULT_EMBEDDING_MAX_INPUTS = 2048
 DEFAULT_EMBEDDING_MAX_TOKENS = 300_000
 DEFAULT_RERANK_MAX_DOCUMENTS = 1000
 DEFAULT_EMBEDDING_BATCH_TOKENS = 8192
+# Longer uploads to the transcription routes are a 400 (an hour: what one request may hold a
+# worker for).
+DEFAULT_MAX_AUDIO_SECONDS = 3600.0
 ANY_ORIGIN = "*"
 
 Kind = Literal["text", "vision", "embedding", "rerank", "transcription", "speech", "image"]
@@ -225,6 +228,8 @@ class ServerConfig:
     """Tokens one embedding or rerank request may hold, all inputs together."""
     rerank_max_documents: int = DEFAULT_RERANK_MAX_DOCUMENTS
     """Documents one rerank request may hold."""
+    max_audio_seconds: float = DEFAULT_MAX_AUDIO_SECONDS
+    """Seconds of audio one transcription or translation may hold (400 past it)."""
 
     media: MediaPolicy = field(default_factory=MediaPolicy)
     """Where request images may come from, and their limits."""

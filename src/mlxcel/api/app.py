@@ -51,6 +51,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         config.embedding_max_inputs, config.embedding_max_tokens, config.rerank_max_documents
     )
     app.state.media = config.media
+    app.state.max_audio_seconds = config.max_audio_seconds
     app.state.started = int(time.time())
     app.state.metrics_registry = CollectorRegistry()
     install_error_handlers(app)

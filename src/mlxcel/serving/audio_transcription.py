@@ -25,8 +25,11 @@ from mlxcel.serving.errors import APIError, invalid_request
 logger = logging.getLogger(__name__)
 
 
-async def prepare(model: TranscriptionModel, form: TranscriptionForm, task: Task) -> TranscribeJob:
-    """The job a request asks for: 400 when the model cannot, or the upload is not audio."""
+async def prepare(
+    model: TranscriptionModel, form: TranscriptionForm, task: Task, max_seconds: float
+) -> TranscribeJob:
+    """The job a request asks for: 400 when the model cannot, or the upload is not audio or
+    lasts longer than `max_seconds`."""
     if task == "translate" and not model.engine.multilingual:
         raise invalid_request(
             f"the model '{model.name}' is English-only and cannot translate; serve a "
@@ -40,7 +43,7 @@ async def prepare(model: TranscriptionModel, form: TranscriptionForm, task: Task
             f"language '{form.language}'",
             param="language",
         )
-    audio = await decoded(form.audio, model.max_seconds)
+    audio = await decoded(form.audio, max_seconds)
     return TranscribeJob(
         audio=audio.samples,
         task=task,

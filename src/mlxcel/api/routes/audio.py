@@ -82,7 +82,7 @@ async def _transcription(request: Request, task: Task) -> Response:
     finally:
         await form_data.close()
     model = await _model(request, form.model, "transcription", TranscriptionModel)
-    job = await prepare(model, form, task)
+    job = await prepare(model, form, task, request.app.state.max_audio_seconds)
     if form.stream:
         events = transcript_events(model, job, form)
         return await typed_event_stream(events, _request_id(), stream_error)
