@@ -5,6 +5,7 @@ gives plain data only."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +25,6 @@ from mlxcel.config import ModelConfig
 AUDIO_KINDS = frozenset({"transcription", "speech"})
 T = TypeVar("T")
 _END = object()
-# Longer audio is refused with its own 400 (an hour: what one request may hold a worker for).
-MAX_AUDIO_SECONDS = 3600.0
 # OpenAI's model names, so that clients written for it find the default models unchanged.
 OPENAI_NAMES = {
     "transcription": ("whisper-1",),
@@ -59,7 +58,6 @@ class TranscriptionModel(AudioModel):
     """A speech-to-text model."""
 
     engine: Transcriber = field(kw_only=True)
-    max_seconds: float = field(default=MAX_AUDIO_SECONDS, kw_only=True)
 
     def close(self) -> None:
         """Free the engine."""
@@ -117,22 +115,36 @@ def load_audio_model(config: ModelConfig) -> TranscriptionModel | SpeechModel:
 
 def engine_label(config: ModelConfig) -> str:
     """The engine that serves an audio model, as /v1/models names it."""
-    return "faster-whisper" if config.kind == "transcription" else "hibari"
+    if config.kind != "transcription":
+        return "hibari"
+    from mlxcel.backends.audio.mlx_whisper import is_mlx_whisper
+
+    mlx = is_mlx_whisper(packaged_transcription(str(config.model)) or config.model)
+    return "mlx-whisper" if mlx else "faster-whisper"
 
 
 def open_transcriber(source: Path, threads: int, parallel: int) -> Transcriber:
-    """The engine for a transcription model: a packaged name, or a CTranslate2 Whisper folder."""
+    """The engine for a transcription model: a packaged name or a CTranslate2 Whisper folder
+    (faster-whisper), or an MLX Whisper folder (mlx-whisper)."""
     from mlxcel.backends.audio.faster_whisper import (
         FasterWhisperTranscriber,
         WhisperOptions,
         is_ctranslate2_whisper,
     )
+    from mlxcel.backends.audio.mlx_whisper import MlxWhisperTranscriber, is_mlx_whisper
 
     path = packaged_transcription(str(source)) or source
+    if is_mlx_whisper(path):
+        if importlib.util.find_spec("mlx_whisper") is None:
+            raise ValueError(
+                f"{source} is an MLX Whisper model: pip install 'mlxcel[mlx-whisper]' to serve it"
+            )
+        return MlxWhisperTranscriber(path)
     if not is_ctranslate2_whisper(path):
         raise ValueError(
             f"{source} is not a Whisper model this server reads: a CTranslate2 Whisper folder "
-            "(model.bin, config.json), or default, whisper-tiny.en or whisper-base"
+            "(model.bin, config.json), an MLX Whisper folder (weights.safetensors, config.json "
+            "with n_mels), or default, whisper-tiny.en or whisper-base"
         )
     return FasterWhisperTranscriber(path, WhisperOptions(threads=threads, parallel=parallel))
 

@@ -8,12 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlxcel.backends.audio.transcript import Segment, TranscribeJob, TranscriptInfo, Word
+from mlxcel.backends.audio.transcript import (
+    FALLBACK_TEMPERATURES,
+    Segment,
+    TranscribeJob,
+    TranscriptInfo,
+    Word,
+)
 
 logger = logging.getLogger(__name__)
-
-# Where temperature 0 falls back to when a segment decodes badly (whisper's own schedule).
-FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 
 
 @dataclass(frozen=True)

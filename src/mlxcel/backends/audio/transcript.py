@@ -9,6 +9,8 @@ from typing import Literal, Protocol
 import numpy as np
 
 Task = Literal["transcribe", "translate"]
+# Where temperature 0 falls back to when a segment decodes badly (whisper's own schedule).
+FALLBACK_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 
 
 @dataclass(frozen=True)
