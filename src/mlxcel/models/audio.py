@@ -76,8 +76,12 @@ class SpeechModel(AudioModel):
 
 
 def default_parallel(threads: int) -> int:
-    """Requests a model runs side by side when not told: one per two threads, up to four."""
-    return max(1, min(4, threads // 2))
+    """Requests a model runs side by side when not told: one per thread, up to four (each
+    worker gets an equal share of the threads). Measured by bench/audio.py on 2 threads, 4
+    requests at once finished 1.12-1.25x sooner on two single-thread workers than taking turns
+    on one two-thread worker in two runs of three, and batching them into one CTranslate2
+    call was not faster."""
+    return max(1, min(4, threads))
 
 
 def side_model(kind: str, source: str, threads: int) -> ModelConfig:
