@@ -4,9 +4,18 @@
 
 Transcription real-time factor (audio seconds per wall second) through POST
 /v1/audio/transcriptions against faster-whisper in this process with the same model and
-settings; 4 concurrent transcriptions against the same 4 one after another; speech synthesis
-real-time factor through POST /v1/audio/speech against the hibari engine in-process, and the
-time to the first audio byte when streaming. Prints each ratio (server / in-process).
+settings; 4 concurrent transcriptions through the server against the same 4 one after another
+(on the server, and in-process: the one-request-at-a-time peer, as whisper.cpp's server runs);
+speech synthesis real-time factor through POST /v1/audio/speech against the hibari engine
+in-process, and the time to the first audio byte when streaming. Prints each ratio.
+
+How 4 requests share the threads is chosen by the `strategies` lines, measured in-process in
+the same run: one worker with every thread taking them in turn (what the server does when
+`parallel` is 1), side by side on 2 or 4 CTranslate2 workers with a share of the threads each
+(`parallel` 2, 4), and batched across requests (the 4 windows encoded and decoded as one
+CTranslate2 batch, as faster-whisper's BatchedInferencePipeline batches one file's chunks),
+faster-whisper's BatchedInferencePipeline on each request (VAD chunks batched within one file),
+and one worker in float32 against int8.
 """
 
 from __future__ import annotations
@@ -14,7 +23,9 @@ from __future__ import annotations
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import openai
@@ -35,6 +46,7 @@ from mlxcel.backends.audio.transcript import TranscribeJob
 from mlxcel.config import default_threads
 from mlxcel.models.audio import default_parallel
 
+FALLBACK = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
 TEXTS = (
     "The quick brown fox jumps over the lazy dog. She sells sea shells by the sea shore.",
     "Please send the report to the office by Friday morning, and call me when it is done.",
@@ -51,6 +63,66 @@ def timed(work: object) -> float:
     return time.perf_counter() - started
 
 
+def _batched(model: Any, samples: list[np.ndarray]) -> list[str]:
+    """The clips (each under 30 s) as one CTranslate2 batch: encoded together, then decoded
+    together with the same beam as one at a time."""
+    from faster_whisper.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, "transcribe", "en")
+    window = model.feature_extractor.n_samples
+    features = np.stack(
+        [model.feature_extractor(np.pad(s, (0, window - len(s))))[..., :3000] for s in samples]
+    )
+    prompt = model.get_prompt(tokenizer, [], without_timestamps=False)
+    results = model.model.generate(
+        model.encode(features), [prompt] * len(samples), beam_size=5, max_length=448
+    )
+    return [tokenizer.decode([t for t in r.sequences_ids[0] if t < tokenizer.eot]) for r in results]
+
+
+def _at_once(work: Any, items: list[Any]) -> list[Any]:
+    with ThreadPoolExecutor(len(items)) as pool:
+        return list(pool.map(work, items))
+
+
+def strategies(path: Path, threads: int, samples: list[np.ndarray]) -> dict[str, float]:
+    """Seconds for the clips, 4 at once, each way of sharing `threads` (see the docstring)."""
+    from faster_whisper import BatchedInferencePipeline, WhisperModel
+
+    def run(model: Any, clip: np.ndarray) -> str:
+        segments, _ = model.transcribe(clip, beam_size=5, temperature=FALLBACK, language="en")
+        return "".join(s.text for s in segments)
+
+    def opened(workers: int, compute_type: str = "int8") -> Any:
+        per = max(1, threads // workers)
+        return WhisperModel(
+            str(path), "cpu", compute_type=compute_type, cpu_threads=per, num_workers=workers
+        )
+
+    def pipeline(model: Any, clip: np.ndarray) -> str:
+        segments, _ = BatchedInferencePipeline(model).transcribe(
+            clip, beam_size=5, batch_size=len(samples), language="en"
+        )
+        return "".join(s.text for s in segments)
+
+    found: dict[str, float] = {}
+    for workers in (1, 2, 4):
+        model = opened(workers)
+        run(model, samples[0])
+        found[f"{workers} worker(s)"] = timed(partial(_at_once, partial(run, model), samples))
+        if workers == 1:
+            _batched(model, samples)
+            found["batched across requests"] = timed(partial(_batched, model, samples))
+            pipeline(model, samples[0])
+            found["BatchedInferencePipeline per request"] = timed(
+                partial(_at_once, partial(pipeline, model), samples)
+            )
+    model = opened(1, "float32")
+    run(model, samples[0])
+    found["float32, 1 worker"] = timed(partial(_at_once, partial(run, model), samples))
+    return found
+
+
 def main() -> None:
     threads = default_threads()
     voice = HibariSynthesizer()
@@ -65,6 +137,7 @@ def main() -> None:
     list(engine.transcribe(TranscribeJob(samples[0])))
     local_stt = timed(lambda: [list(engine.transcribe(TranscribeJob(s))) for s in samples])
     engine.close()
+    shares = strategies(packaged_transcription("default"), threads, samples)  # type: ignore[arg-type]
     local_tts = timed(lambda: [list(voice.synthesize(SpeechJob(t, "heart"))) for t in TEXTS])
     voice.close()
 
@@ -105,7 +178,14 @@ def main() -> None:
     )
     print(
         f"4 concurrent vs one after another: {served_stt:.2f} s / {concurrent:.2f} s, "
-        f"aggregate ratio {served_stt / concurrent:.2f}"
+        f"aggregate ratio {served_stt / concurrent:.2f}; against in-process one after another "
+        f"(the one-at-a-time peer) {local_stt / concurrent:.2f}"
+    )
+    serial = shares["1 worker(s)"]
+    print(
+        f"strategies, 4 at once in-process ({threads} threads): "
+        + ", ".join(f"{name} {took:.2f} s ({serial / took:.2f}x)" for name, took in shares.items())
+        + f"; the server runs {default_parallel(threads)} worker(s)"
     )
     print(
         f"speech RTF: server {seconds / served_tts:.1f}x, in-process {seconds / local_tts:.1f}x, "
