@@ -390,6 +390,9 @@ def test_side_model_flags_name_what_cannot_be_served(tmp_path: Path) -> None:
         "mlxcel serve: error: --transcription-model nowhere: not a folder, nor one of the "
         "packaged models: default, whisper-tiny.en, whisper-base"
     )
+    assert _refused(tmp_path, "--max-audio-seconds", "0") == (
+        "mlxcel serve: error: --max-audio-seconds must be more than 0"
+    )
 
 
 def test_client_passes_side_models_as_flags() -> None:
