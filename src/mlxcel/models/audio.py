@@ -77,10 +77,9 @@ class SpeechModel(AudioModel):
 
 def default_parallel(threads: int) -> int:
     """Requests a model runs side by side when not told: one per thread, up to four (each
-    worker gets an equal share of the threads). Measured by bench/audio.py on 2 threads, 4
-    requests at once finished 1.12-1.25x sooner on two single-thread workers than taking turns
-    on one two-thread worker in two runs of three, and batching them into one CTranslate2
-    call was not faster."""
+    worker gets an equal share of the threads), so that no request waits behind another.
+    Measured by bench/audio.py on 2 shared threads, 4 requests at once ran 0.75-1.25x as fast
+    as on one two-thread worker taking turns, and batching them was no faster (README)."""
     return max(1, min(4, threads))
 
 
