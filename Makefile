@@ -49,8 +49,9 @@ $(SERVER_STAMP): pyproject.toml | $(BIN)/python
 	touch $@
 
 # The tests also run the MLX engine on a tiny model they build; serving a GGUF needs none of it.
-# The embedding tests serve all-MiniLM-L6-v2 from its package, on torch (sentence-transformers);
-# the speech tests build a tiny MLX Whisper and serve it with mlx-whisper.
+# The embedding tests serve all-MiniLM-L6-v2 from its package, on ONNX Runtime and torch (the
+# embeddings extra brings both, and onnx for the export); the speech tests build a tiny MLX
+# Whisper and serve it with mlx-whisper.
 # The playground's browser tests drive Debian's chromium through Playwright (whose own browser
 # downloads are not used), so it comes from apt when missing; so does espeak-ng, which speaks
 # the non-English test sentences (a test tool only: the server never runs it).

@@ -1,5 +1,6 @@
-"""Embeddings over HTTP: the real all-MiniLM-L6-v2 beside the chat model, through the OpenAI SDK,
-llama-server's /embedding, and the same weights as a BERT GGUF on llama.cpp."""
+"""Embeddings over HTTP: the real all-MiniLM-L6-v2 beside the chat model (on ONNX Runtime, the
+default engine on Linux), through the OpenAI SDK, llama-server's /embedding, and the same model
+on torch and as a BERT GGUF on llama.cpp."""
 
 from __future__ import annotations
 
@@ -29,10 +30,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 @pytest.fixture(scope="module")
-def gguf_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """MiniLM's weights as a GGUF, on llama.cpp."""
-    path = minilm_gguf(tmp_path_factory.mktemp("minilm-gguf"))
-    yield from serving(tmp_path_factory, "embed-gguf", "--embedding-model", str(path))
+def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """MiniLM on the other engines: torch, and its weights as a GGUF on llama.cpp."""
+    folder = tmp_path_factory.mktemp("minilm-engines")
+    config = folder / "models.yaml"
+    config.write_text(
+        f"models:\n"
+        f"  - model: {minilm_gguf(folder)}\n    kind: embedding\n    name: minilm-gguf\n"
+        f"  - model: default\n    kind: embedding\n    name: minilm-torch\n"
+        f"    embedding_engine: torch\n"
+    )
+    yield from serving(tmp_path_factory, "embed-engines", "--config", str(config))
 
 
 def vectors(server: ServerProcess, inputs: Any, **body: Any) -> np.ndarray:
@@ -53,7 +61,7 @@ def test_sdk_paraphrases_closer_than_unrelated(server: ServerProcess) -> None:
     assert answer.usage.prompt_tokens == answer.usage.total_tokens > len(SENTENCES)
 
 
-def test_matches_sentence_transformers_in_process(server: ServerProcess) -> None:
+def test_onnx_matches_sentence_transformers_in_process(server: ServerProcess) -> None:
     from sentence_transformers import SentenceTransformer
 
     reference = SentenceTransformer(str(minilm_dir()), device="cpu").encode(SENTENCES)
@@ -166,15 +174,23 @@ def test_instruction_is_prepended(server: ServerProcess) -> None:
 
 
 @pytest.mark.slow
-def test_llamacpp_gives_the_same_vectors(server: ServerProcess, gguf_server: ServerProcess) -> None:
-    torch_vectors = vectors(server, SENTENCES)
-    gguf_vectors = vectors(gguf_server, SENTENCES)
+def test_every_engine_gives_the_same_vectors(server: ServerProcess, engines: ServerProcess) -> None:
+    onnx_vectors = vectors(server, SENTENCES, embd_normalize=-1)
+    torch_vectors = vectors(engines, SENTENCES, embd_normalize=-1, model="minilm-torch")
+    assert np.allclose(onnx_vectors, torch_vectors, atol=1e-5)
+    torch_vectors = vectors(engines, SENTENCES, model="minilm-torch")
+    gguf_vectors = vectors(engines, SENTENCES, model="minilm-gguf")
     cosines = np.sum(torch_vectors * gguf_vectors, axis=1)
     assert np.all(cosines > 0.9999), cosines
     with ThreadPoolExecutor(len(SENTENCES)) as pool:
-        packed = np.array([v[0] for v in pool.map(lambda s: vectors(gguf_server, s), SENTENCES)])
+        packed = np.array(
+            [v[0] for v in pool.map(lambda s: vectors(engines, s, model="minilm-gguf"), SENTENCES)]
+        )
     # Packed with other sequences, llama.cpp sums in another order: equal to float32 rounding.
     assert np.allclose(packed, gguf_vectors, atol=1e-4)
+    with engines.http() as http:
+        listed = {m["id"]: m["meta"]["backend"] for m in ok(http.get("/v1/models"))["data"]}
+    assert listed == {"minilm-gguf": "llama.cpp", "minilm-torch": "torch"}
 
 
 def test_listed_beside_the_chat_model_with_its_capability(server: ServerProcess) -> None:
@@ -185,7 +201,7 @@ def test_listed_beside_the_chat_model_with_its_capability(server: ServerProcess)
         )
     embedder = listed["all-MiniLM-L6-v2"]
     assert embedder["capabilities"] == ["embedding"] and embedder["state"] == "loaded"
-    assert embedder["meta"]["backend"] == "torch"
+    assert embedder["meta"]["backend"] == "onnxruntime"
     assert ["text"] in [m["capabilities"] for m in listed.values()]
     # One embedding model here: a client's hard-coded OpenAI name is served by it.
     assert unknown.status_code == 200 and unknown.json()["model"] == "all-MiniLM-L6-v2"

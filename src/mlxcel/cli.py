@@ -105,6 +105,7 @@ def _model_flags(args: argparse.Namespace) -> ModelConfig:
         mlock=args.mlock,
         mmproj=args.mmproj,
         embedding_batch_tokens=args.embedding_batch_tokens,
+        embedding_engine=args.embedding_engine,
     )
 
 

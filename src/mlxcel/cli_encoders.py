@@ -37,10 +37,18 @@ def encoder_arguments(parser: argparse.ArgumentParser) -> None:
         default=defaults.DEFAULT_EMBEDDING_BATCH_TOKENS,
         help="tokens one shared forward pass may hold, across requests (default: %(default)s)",
     )
+    add(
+        "--embedding-engine",
+        choices=defaults.ENCODER_ENGINES,
+        default="auto",
+        help="engine of an embedding or reranker model folder: auto is onnxruntime on Linux "
+        "(measured faster there), torch elsewhere; a GGUF runs on llama.cpp (default: %(default)s)",
+    )
 
 
 def encoder_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
-    """The ServerConfig fields these flags set (--embedding-batch-tokens is per model)."""
+    """The ServerConfig fields these flags set (--embedding-batch-tokens and
+    --embedding-engine are per model)."""
     for name in (
         "embedding_max_inputs",
         "embedding_max_tokens",

@@ -56,6 +56,7 @@ def side_models(
                 hub_id=None if alias else hub_id(source),
                 threads=base.threads,
                 embedding_batch_tokens=base.embedding_batch_tokens,
+                embedding_engine=base.embedding_engine,
             )
         )
     return models

@@ -45,6 +45,9 @@ DEFAULT_EMBEDDING_BATCH_TOKENS = 8192
 # Longer uploads to the transcription routes are a 400 (an hour: what one request may hold a
 # worker for).
 DEFAULT_MAX_AUDIO_SECONDS = 3600.0
+# The engine of an embedding or rerank model folder (a GGUF always runs on llama.cpp); auto is
+# ONNX Runtime on Linux, where bench/embeddings.py measured it ahead of torch, else torch.
+ENCODER_ENGINES = ("auto", "onnxruntime", "torch")
 ANY_ORIGIN = "*"
 
 Kind = Literal["text", "vision", "embedding", "rerank", "transcription", "speech", "image"]
@@ -141,6 +144,8 @@ class ModelConfig:
     mlock: bool = False
     embedding_batch_tokens: int = DEFAULT_EMBEDDING_BATCH_TOKENS
     """Tokens one shared forward pass of an embedding or rerank model may hold."""
+    embedding_engine: str = "auto"
+    """The engine of an embedding or rerank model folder (ENCODER_ENGINES)."""
     mmproj: Path | None = None
     """A vision projector GGUF for a GGUF model (--mmproj): the model then reads images."""
     on_demand: bool = False

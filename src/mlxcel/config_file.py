@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from mlxcel import config_values as to
-from mlxcel.config import BACKENDS, KIND_NAMES, KINDS, SERVABLE_KINDS, Kind
+from mlxcel.config import BACKENDS, ENCODER_ENGINES, KIND_NAMES, KINDS, SERVABLE_KINDS, Kind
 from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
 from mlxcel.parsers.tools import PARSERS as TOOL_PARSERS
 
@@ -144,6 +144,7 @@ MODEL_KEYS: dict[str, tuple[str, to.Convert]] = {
     "idle_timeout": ("idle_timeout", to.duration),
     "on_demand_idle_timeout": ("idle_timeout", to.duration),
     "pinned": ("pinned", to.boolean),
+    "embedding_engine": ("embedding_engine", to.choice(ENCODER_ENGINES)),
 }
 # mlx-openai-server's model keys we accept and do not act on yet (reported at startup).
 MODEL_KEYS_IGNORED = frozenset(

@@ -183,7 +183,7 @@ _BODIES: dict[tuple[str, str], tuple[dict[str, Any], bool]] = {
     ("post", "/v1/embeddings"): (EMBEDDINGS, False),
     ("post", "/embedding"): (NATIVE_EMBEDDINGS, False),
     ("post", "/embeddings"): ({"anyOf": [EMBEDDINGS, NATIVE_EMBEDDINGS]}, False),
-    **{("post", path): (RERANK, False) for path in RERANK_PATHS},
+    **{("post", path): (RERANK, False) for path in (*RERANK_PATHS, "/v2/rerank")},
     ("post", "/v1/audio/transcriptions"): (_object({"text": _STRING}), True),
     ("post", "/v1/audio/translations"): (_object({"text": _STRING}), True),
     ("get", "/v1/audio/voices"): (

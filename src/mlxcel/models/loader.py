@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from mlxcel.backends.embeddings import EncoderOptions
+from mlxcel.backends.embeddings import EncoderOptions, folder_engine
 from mlxcel.chat_templates import BUILTIN_TEMPLATES, CHATML, builtin_for
 from mlxcel.config import ModelConfig
 from mlxcel.engine.metrics import RecordsMetrics
@@ -52,13 +52,15 @@ def backend_label(config: ModelConfig) -> str:
     if config.kind in AUDIO_KINDS:
         return engine_label(config)
     if config.kind in ENCODER_KINDS:
-        return "llama.cpp" if config.model.is_file() else "torch"
+        return "llama.cpp" if config.model.is_file() else folder_engine(config.embedding_engine)
     return "mlx" if choose_backend(config.model, config.backend) == "mlx" else "llama.cpp"
 
 
 def _load_encoder(config: ModelConfig) -> LoadedEncoder:
     """An embedding or rerank model, its batcher started."""
-    options = EncoderOptions(config.threads, config.embedding_batch_tokens, config.ctx_size)
+    options = EncoderOptions(
+        config.threads, config.embedding_batch_tokens, config.ctx_size, config.embedding_engine
+    )
     name = config.served_name
     opened = load_embedding_model if config.kind == "embedding" else load_rerank_model
     with progress(f"loading {config.model.name}"):

@@ -1,10 +1,11 @@
 """POST /v1/rerank and its aliases: a cross-encoder's score for each document against the
 query, sorted best first (ties by index). `documents` answers in Jina's and Cohere's shape,
-`texts` in Text Embeddings Inference's."""
+`texts` in Text Embeddings Inference's; /v2/rerank in Cohere's v2 shape."""
 
 from __future__ import annotations
 
 import math
+import uuid
 from typing import Any
 
 from mlxcel.protocol.embeddings import RerankRequest
@@ -67,11 +68,26 @@ async def scored(
     return order, documents, tokens
 
 
-async def rerank(model: RerankModel, name: str, body: RerankRequest, limits: EncoderLimits) -> Any:
-    """Jina/Cohere's {model, object, results, usage}, or TEI's bare array with `texts`."""
+async def rerank(
+    model: RerankModel, name: str, body: RerankRequest, limits: EncoderLimits, v2: bool = False
+) -> Any:
+    """Jina/Cohere's {model, object, results, usage}, TEI's bare array with `texts`, or with
+    `v2` Cohere's /v2/rerank {id, results, meta}."""
+    if v2 and body.texts is not None:
+        raise invalid_request("/v2/rerank takes 'documents', not 'texts'", param="texts")
     order, documents, tokens = await scored(model, body, limits)
     if body.top_n is not None:
         order = order[: body.top_n]
+    if v2:
+        return {
+            "id": str(uuid.uuid4()),
+            "results": [{"index": i, "relevance_score": _sigmoid(score)} for i, score in order],
+            "meta": {
+                "api_version": {"version": "2"},
+                "billed_units": {"search_units": 1},
+                "tokens": {"input_tokens": tokens, "output_tokens": 0},
+            },
+        }
     if body.texts is not None:
         return [
             {

@@ -1,5 +1,5 @@
 """The embedding and rerank routes: OpenAI's /v1/embeddings, llama-server's /embedding,
-and /v1/rerank with its aliases (Jina/Cohere's shape, or TEI's with `texts`)."""
+/v1/rerank with its aliases (Jina/Cohere's shape, or TEI's with `texts`), Cohere's /v2/rerank."""
 
 from __future__ import annotations
 
@@ -59,13 +59,23 @@ async def bare_embeddings(request: Request, body: Annotated[dict[str, Any], Body
         raise RequestValidationError(exc.errors()) from exc
 
 
-async def rerank_route(body: RerankRequest, request: Request) -> Any:
-    """Documents scored against the query, best first."""
+async def _rerank(body: RerankRequest, request: Request, v2: bool) -> Any:
     loaded = await encoder_for(request, body.model, "rerank")
     if not isinstance(loaded.encoder, RerankModel):
         raise invalid_model(f"the model '{loaded.name}' does not rerank")
-    return await rerank(loaded.encoder, loaded.name, body, _limits(request))
+    return await rerank(loaded.encoder, loaded.name, body, _limits(request), v2)
+
+
+async def rerank_route(body: RerankRequest, request: Request) -> Any:
+    """Documents scored against the query, best first."""
+    return await _rerank(body, request, v2=False)
 
 
 for _path in RERANK_PATHS:
     router.add_api_route(_path, rerank_route, methods=["POST"])
+
+
+@router.post("/v2/rerank")
+async def cohere_rerank(body: RerankRequest, request: Request) -> Any:
+    """Cohere's v2 shape: {id, results: [{index, relevance_score}], meta}."""
+    return await _rerank(body, request, v2=True)

@@ -1,9 +1,11 @@
-"""Embedding and reranking engines: llama.cpp for a GGUF, torch (sentence-transformers) for a
-model folder, mlx-embeddings for an MLX folder. Each loads lazily: its packages are imported
+"""Embedding and reranking engines: llama.cpp for a GGUF; for a model folder, ONNX Runtime or
+torch (sentence-transformers), as measured or asked. Each loads lazily: its packages are imported
 only when a model of its kind is opened."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +20,7 @@ __all__ = [
     "EncoderInfo",
     "EncoderOptions",
     "Reranker",
+    "folder_engine",
     "open_embedder",
     "open_reranker",
 ]
@@ -34,16 +37,29 @@ class EncoderOptions:
     """Tokens one forward pass may hold (padding included on torch)."""
     ctx_size: int = 0
     """The longest input llama.cpp is sized for (0: the model's training context)."""
+    engine: str = "auto"
+    """A folder's engine: auto, onnxruntime or torch (a GGUF runs on llama.cpp)."""
 
 
-def _torch_engine() -> None:
-    try:
-        import sentence_transformers  # noqa: F401
-    except ImportError:
-        raise ValueError(
-            f"a model folder for embeddings or reranking needs sentence-transformers: "
-            f"{INSTALL_HINT}"
-        ) from None
+def folder_engine(requested: str) -> str:
+    """The engine a model folder runs on: ONNX Runtime on Linux (measured ahead of torch on a
+    Linux CPU by bench/embeddings.py) when it is installed, else torch; or the one asked for."""
+    if requested != "auto":
+        return requested
+    onnx = sys.platform == "linux" and importlib.util.find_spec("onnxruntime") is not None
+    return "onnxruntime" if onnx else "torch"
+
+
+def _folder_engine(requested: str) -> str:
+    """The engine for a folder, its packages checked."""
+    engine = folder_engine(requested)
+    for package in ("sentence_transformers", *(["onnxruntime"] if engine == "onnxruntime" else [])):
+        if importlib.util.find_spec(package) is None:
+            raise ValueError(
+                f"a model folder for embeddings or reranking on {engine} needs "
+                f"{package.replace('_', '-')}: {INSTALL_HINT}"
+            )
+    return engine
 
 
 def _open_gguf(path: Path, options: EncoderOptions) -> LlamaCppEncoder:
@@ -62,7 +78,10 @@ def open_embedder(path: Path, options: EncoderOptions) -> Embedder:
             encoder.close()
             raise ValueError(f"{path.name} is a reranker (rank pooling), not an embedding model")
         return encoder
-    _torch_engine()
+    if _folder_engine(options.engine) == "onnxruntime":
+        from mlxcel.backends.embeddings.onnx_models import OnnxEmbedder
+
+        return OnnxEmbedder(path, threads=options.threads, batch_tokens=options.batch_tokens)
     from mlxcel.backends.embeddings.torch_models import TorchEmbedder
 
     return TorchEmbedder(path, threads=options.threads, batch_tokens=options.batch_tokens)
@@ -78,7 +97,10 @@ def open_reranker(path: Path, options: EncoderOptions) -> Reranker:
                 f"{path.name} has {encoder.info.pooling} pooling: a reranker GGUF has rank pooling"
             )
         return encoder
-    _torch_engine()
+    if _folder_engine(options.engine) == "onnxruntime":
+        from mlxcel.backends.embeddings.onnx_models import OnnxReranker
+
+        return OnnxReranker(path, threads=options.threads, batch_tokens=options.batch_tokens)
     from mlxcel.backends.embeddings.torch_models import TorchReranker
 
     return TorchReranker(path, threads=options.threads, batch_tokens=options.batch_tokens)

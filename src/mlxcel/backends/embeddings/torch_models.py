@@ -8,7 +8,7 @@ token budget, so a batch of mixed lengths pads little."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,25 +80,26 @@ class TorchEmbedder:
         from sentence_transformers.models import Normalize
 
         torch.set_num_threads(threads)
-        self._model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
-        self._model.eval()
+        model = SentenceTransformer(str(path), device="cpu", local_files_only=True).eval()
         # Serving normalizes per request (embd_normalize), so the model's own step is skipped.
-        self._modules = [m for m in self._model if not isinstance(m, Normalize)]
+        self._modules: list[Callable[[dict[str, Any]], dict[str, Any]]] = [
+            m for m in model if not isinstance(m, Normalize)
+        ]
         self._budget = batch_tokens
-        tokenizer = self._model.tokenizer
+        tokenizer = model.tokenizer
         self._tokenizer = tokenizer
         self._pad = int(tokenizer.pad_token_id or 0)
-        transformer = self._model[0]
+        transformer = model[0]
         config = getattr(getattr(transformer, "auto_model", None), "config", None)
         self._types = "token_type_ids" in tokenizer.model_input_names
         # sentence-transformers lists query and document prompts even when they are empty.
-        prompts = {name: text for name, text in self._model.prompts.items() if text}
+        prompts = {name: text for name, text in model.prompts.items() if text}
         self.info = EncoderInfo(
             engine=ENGINE,
-            max_tokens=_max_tokens(tokenizer, config, self._model.max_seq_length),
+            max_tokens=_max_tokens(tokenizer, config, model.max_seq_length),
             vocab_size=len(tokenizer),
-            dimensions=int(self._model.get_embedding_dimension() or 0),
-            pooling=_pooling(self._model),
+            dimensions=int(model.get_embedding_dimension() or 0),
+            pooling=_pooling(model),
             end_token=_end_token(tokenizer),
             prompts=prompts,
             query_prompt="query" if "query" in prompts else None,
@@ -109,6 +110,10 @@ class TorchEmbedder:
         encoded = self._tokenizer(texts, add_special_tokens=True, verbose=False)
         return [list(map(int, ids)) for ids in encoded["input_ids"]]
 
+    def features(self, rows: list[list[int]]) -> dict[str, Any]:
+        """The model's inputs for `rows`, padded into one batch."""
+        return _padded(rows, self._pad, None, self._types)
+
     def embed(self, batch: list[list[int]]) -> list[np.ndarray]:
         """Pooled vectors (or per-token ones), unnormalized."""
         import torch
@@ -117,7 +122,7 @@ class TorchEmbedder:
         key = "token_embeddings" if self.info.pooling == "none" else "sentence_embedding"
         with torch.inference_mode():
             for run in _chunks(batch, self._budget):
-                features = _padded([batch[i] for i in run], self._pad, None, self._types)
+                features = self.features([batch[i] for i in run])
                 for module in self._modules:
                     features = module(features)
                 values = features[key].float().numpy()
@@ -128,7 +133,7 @@ class TorchEmbedder:
 
     def close(self) -> None:
         """Drop the model (torch frees it with the last reference)."""
-        del self._model, self._modules
+        self._modules.clear()
 
 
 def _pooling(model: Any) -> Pooling:
@@ -179,6 +184,14 @@ class TorchReranker:
         )
         return [list(map(int, ids)) for ids in encoded["input_ids"]]
 
+    def features(self, rows: list[list[int]]) -> dict[str, Any]:
+        """The model's inputs for `rows` (tokenized pairs), padded into one batch."""
+        return _padded(rows, self._pad, self._end, self._types)
+
+    def logits(self, features: dict[str, Any]) -> Any:
+        """The classifier's logits, one row per pair, as a torch tensor."""
+        return self._model(**features).logits
+
     def score(self, batch: list[list[int]]) -> list[float]:
         """The relevance logit; for a two-label head, the log-odds of label 1."""
         import torch
@@ -186,8 +199,7 @@ class TorchReranker:
         scores = [0.0] * len(batch)
         with torch.inference_mode():
             for run in _chunks(batch, self._budget):
-                features = _padded([batch[i] for i in run], self._pad, self._end, self._types)
-                logits = self._model(**features).logits.float()
+                logits = self.logits(self.features([batch[i] for i in run])).float()
                 one = self._labels == 1
                 values = logits[:, 0] if one else logits[:, 1] - logits[:, 0]
                 for row, i in enumerate(run):
