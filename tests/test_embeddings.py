@@ -61,6 +61,38 @@ def test_sdk_paraphrases_closer_than_unrelated(server: ServerProcess) -> None:
     assert answer.usage.prompt_tokens == answer.usage.total_tokens > len(SENTENCES)
 
 
+def test_langchain_openai_embeddings(server: ServerProcess) -> None:
+    from langchain_openai import OpenAIEmbeddings
+
+    reference = vectors(server, SENTENCES[:3])
+    # LangChain's default tokenizes with tiktoken (OpenAI's ids, downloaded): another server's
+    # models need check_embedding_ctx_length=False, as LangChain documents.
+    langchain = OpenAIEmbeddings(
+        model="all-MiniLM-L6-v2",
+        base_url=server.base_url,
+        api_key="x",  # type: ignore[arg-type]
+        check_embedding_ctx_length=False,
+        max_retries=0,
+    )
+    assert np.allclose(langchain.embed_documents(SENTENCES[:3]), reference, atol=1e-6)
+    assert np.allclose(langchain.embed_query(SENTENCES[0]), reference[0], atol=1e-6)
+
+
+@pytest.mark.slow
+def test_litellm_embedding(server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    reference = vectors(server, SENTENCES[:3])
+    # LiteLLM fetches its price list at import unless told to use the one it ships.
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    answer = litellm.embedding(
+        model="openai/all-MiniLM-L6-v2", input=SENTENCES[:3], api_base=server.base_url, api_key="x"
+    )
+    got = [d["embedding"] for d in sorted(answer.data, key=lambda d: d["index"])]
+    assert np.allclose(got, reference, atol=1e-6)
+    assert answer.usage.prompt_tokens > len(SENTENCES[:3])
+
+
 def test_onnx_matches_sentence_transformers_in_process(server: ServerProcess) -> None:
     from sentence_transformers import SentenceTransformer
 
