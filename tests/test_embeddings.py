@@ -31,7 +31,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """MiniLM on the other engines: torch, and its weights as a GGUF on llama.cpp."""
+    """MiniLM on the other engines: torch, MLX (mlx-embeddings on the CPU), and its weights as
+    a GGUF on llama.cpp."""
     folder = tmp_path_factory.mktemp("minilm-engines")
     config = folder / "models.yaml"
     config.write_text(
@@ -39,6 +40,8 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
         f"  - model: {minilm_gguf(folder)}\n    kind: embedding\n    name: minilm-gguf\n"
         f"  - model: default\n    kind: embedding\n    name: minilm-torch\n"
         f"    embedding_engine: torch\n"
+        f"  - model: default\n    kind: embedding\n    name: minilm-mlx\n"
+        f"    embedding_engine: mlx\n"
     )
     yield from serving(tmp_path_factory, "embed-engines", "--config", str(config))
 
@@ -210,6 +213,8 @@ def test_every_engine_gives_the_same_vectors(server: ServerProcess, engines: Ser
     onnx_vectors = vectors(server, SENTENCES, embd_normalize=-1)
     torch_vectors = vectors(engines, SENTENCES, embd_normalize=-1, model="minilm-torch")
     assert np.allclose(onnx_vectors, torch_vectors, atol=1e-5)
+    mlx_vectors = vectors(engines, SENTENCES, embd_normalize=-1, model="minilm-mlx")
+    assert np.allclose(mlx_vectors, torch_vectors, atol=1e-4)
     torch_vectors = vectors(engines, SENTENCES, model="minilm-torch")
     gguf_vectors = vectors(engines, SENTENCES, model="minilm-gguf")
     cosines = np.sum(torch_vectors * gguf_vectors, axis=1)
@@ -222,7 +227,7 @@ def test_every_engine_gives_the_same_vectors(server: ServerProcess, engines: Ser
     assert np.allclose(packed, gguf_vectors, atol=1e-4)
     with engines.http() as http:
         listed = {m["id"]: m["meta"]["backend"] for m in ok(http.get("/v1/models"))["data"]}
-    assert listed == {"minilm-gguf": "llama.cpp", "minilm-torch": "torch"}
+    assert listed == {"minilm-gguf": "llama.cpp", "minilm-torch": "torch", "minilm-mlx": "mlx"}
 
 
 def test_listed_beside_the_chat_model_with_its_capability(server: ServerProcess) -> None:

@@ -42,7 +42,9 @@ def encoder_arguments(parser: argparse.ArgumentParser) -> None:
         choices=defaults.ENCODER_ENGINES,
         default="auto",
         help="engine of an embedding or reranker model folder: auto is onnxruntime on Linux "
-        "(measured faster there), torch elsewhere; a GGUF runs on llama.cpp (default: %(default)s)",
+        "(measured faster there), mlx (mlx-embeddings, embeddings only) on Apple Silicon or for "
+        "an MLX-quantized folder, torch elsewhere; a GGUF runs on llama.cpp "
+        "(default: %(default)s)",
     )
 
 

@@ -46,8 +46,9 @@ DEFAULT_EMBEDDING_BATCH_TOKENS = 8192
 # worker for).
 DEFAULT_MAX_AUDIO_SECONDS = 3600.0
 # The engine of an embedding or rerank model folder (a GGUF always runs on llama.cpp); auto is
-# ONNX Runtime on Linux, where bench/embeddings.py measured it ahead of torch, else torch.
-ENCODER_ENGINES = ("auto", "onnxruntime", "torch")
+# ONNX Runtime on Linux, where bench/embeddings.py measured it ahead of torch, MLX
+# (mlx-embeddings) for embeddings on Apple Silicon or an MLX-quantized folder, else torch.
+ENCODER_ENGINES = ("auto", "onnxruntime", "torch", "mlx")
 ANY_ORIGIN = "*"
 
 Kind = Literal["text", "vision", "embedding", "rerank", "transcription", "speech", "image"]

@@ -52,7 +52,11 @@ def backend_label(config: ModelConfig) -> str:
     if config.kind in AUDIO_KINDS:
         return engine_label(config)
     if config.kind in ENCODER_KINDS:
-        return "llama.cpp" if config.model.is_file() else folder_engine(config.embedding_engine)
+        return (
+            "llama.cpp"
+            if config.model.is_file()
+            else folder_engine(config.embedding_engine, config.model, config.kind == "rerank")
+        )
     return "mlx" if choose_backend(config.model, config.backend) == "mlx" else "llama.cpp"
 
 

@@ -1,10 +1,12 @@
-"""Embedding and reranking engines: llama.cpp for a GGUF; for a model folder, ONNX Runtime or
-torch (sentence-transformers), as measured or asked. Each loads lazily: its packages are imported
-only when a model of its kind is opened."""
+"""Embedding and reranking engines: llama.cpp for a GGUF; for a model folder, ONNX Runtime,
+torch (sentence-transformers) or MLX (mlx-embeddings, embeddings only), as measured or asked.
+Each loads lazily: its packages are imported only when a model of its kind is opened."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import platform
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,26 +40,43 @@ class EncoderOptions:
     ctx_size: int = 0
     """The longest input llama.cpp is sized for (0: the model's training context)."""
     engine: str = "auto"
-    """A folder's engine: auto, onnxruntime or torch (a GGUF runs on llama.cpp)."""
+    """A folder's engine: auto, onnxruntime, torch or mlx (a GGUF runs on llama.cpp)."""
 
 
-def folder_engine(requested: str) -> str:
-    """The engine a model folder runs on: ONNX Runtime on Linux (measured ahead of torch on a
-    Linux CPU by bench/embeddings.py) when it is installed, else torch; or the one asked for."""
+def folder_engine(requested: str, folder: Path, rerank: bool) -> str:
+    """The engine a model folder runs on, unless one is asked for: MLX (mlx-embeddings) for an
+    MLX-quantized embedding folder, or on Apple Silicon where it is installed; else ONNX Runtime
+    on Linux (measured ahead of torch on a Linux CPU by bench/embeddings.py) when it is
+    installed; else torch."""
     if requested != "auto":
         return requested
+    if not rerank and importlib.util.find_spec("mlx_embeddings") is not None:
+        config = folder / "config.json"
+        quantized = config.is_file() and "quantization" in json.loads(config.read_text())
+        if quantized or (sys.platform == "darwin" and platform.machine() == "arm64"):
+            return "mlx"
     onnx = sys.platform == "linux" and importlib.util.find_spec("onnxruntime") is not None
     return "onnxruntime" if onnx else "torch"
 
 
-def _folder_engine(requested: str) -> str:
+_PACKAGES = {
+    "onnxruntime": ("sentence_transformers", "onnxruntime"),
+    "torch": ("sentence_transformers",),
+    "mlx": ("mlx_embeddings",),
+}
+
+
+def _folder_engine(requested: str, folder: Path, rerank: bool) -> str:
     """The engine for a folder, its packages checked."""
-    engine = folder_engine(requested)
-    for package in ("sentence_transformers", *(["onnxruntime"] if engine == "onnxruntime" else [])):
+    engine = folder_engine(requested, folder, rerank)
+    if rerank and engine == "mlx":
+        raise ValueError("mlx-embeddings has no cross-encoders: rerank on onnxruntime or torch")
+    for package in _PACKAGES[engine]:
         if importlib.util.find_spec(package) is None:
+            hint = "pip install mlx-embeddings" if engine == "mlx" else INSTALL_HINT
             raise ValueError(
                 f"a model folder for embeddings or reranking on {engine} needs "
-                f"{package.replace('_', '-')}: {INSTALL_HINT}"
+                f"{package.replace('_', '-')}: {hint}"
             )
     return engine
 
@@ -78,7 +97,12 @@ def open_embedder(path: Path, options: EncoderOptions) -> Embedder:
             encoder.close()
             raise ValueError(f"{path.name} is a reranker (rank pooling), not an embedding model")
         return encoder
-    if _folder_engine(options.engine) == "onnxruntime":
+    engine = _folder_engine(options.engine, path, rerank=False)
+    if engine == "mlx":
+        from mlxcel.backends.embeddings.mlx_models import MlxEmbedder
+
+        return MlxEmbedder(path, batch_tokens=options.batch_tokens)
+    if engine == "onnxruntime":
         from mlxcel.backends.embeddings.onnx_models import OnnxEmbedder
 
         return OnnxEmbedder(path, threads=options.threads, batch_tokens=options.batch_tokens)
@@ -97,7 +121,7 @@ def open_reranker(path: Path, options: EncoderOptions) -> Reranker:
                 f"{path.name} has {encoder.info.pooling} pooling: a reranker GGUF has rank pooling"
             )
         return encoder
-    if _folder_engine(options.engine) == "onnxruntime":
+    if _folder_engine(options.engine, path, rerank=True) == "onnxruntime":
         from mlxcel.backends.embeddings.onnx_models import OnnxReranker
 
         return OnnxReranker(path, threads=options.threads, batch_tokens=options.batch_tokens)

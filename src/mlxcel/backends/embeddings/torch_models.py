@@ -23,7 +23,7 @@ ENGINE = "sentence-transformers"
 _UNBOUNDED = 1_000_000
 
 
-def _chunks(batch: list[list[int]], budget: int) -> Iterator[list[int]]:
+def chunks(batch: list[list[int]], budget: int) -> Iterator[list[int]]:
     """Indices of `batch`, longest first, in runs whose padded size fits `budget` tokens."""
     order = sorted(range(len(batch)), key=lambda i: -len(batch[i]))
     run: list[int] = []
@@ -57,13 +57,19 @@ def _padded(rows: list[list[int]], pad: int, end: int | None, types: bool) -> di
     return features
 
 
-def _end_token(tokenizer: Any) -> int | None:
+def token_ids(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """Each text's ids with the tokenizer's special tokens, uncut."""
+    encoded = tokenizer(texts, add_special_tokens=True, verbose=False)
+    return [list(map(int, ids)) for ids in encoded["input_ids"]]
+
+
+def end_token(tokenizer: Any) -> int | None:
     """The special token the tokenizer ends every input with, if any."""
     ids = tokenizer("", add_special_tokens=True)["input_ids"]
     return int(ids[-1]) if ids and ids[-1] in tokenizer.all_special_ids else None
 
 
-def _max_tokens(tokenizer: Any, config: Any, declared: int | None) -> int:
+def max_tokens(tokenizer: Any, config: Any, declared: int | None) -> int:
     limits = [n for n in (declared, tokenizer.model_max_length) if n and n < _UNBOUNDED]
     positions = getattr(config, "max_position_embeddings", None)
     if positions:
@@ -96,19 +102,18 @@ class TorchEmbedder:
         prompts = {name: text for name, text in model.prompts.items() if text}
         self.info = EncoderInfo(
             engine=ENGINE,
-            max_tokens=_max_tokens(tokenizer, config, model.max_seq_length),
+            max_tokens=max_tokens(tokenizer, config, model.max_seq_length),
             vocab_size=len(tokenizer),
             dimensions=int(model.get_embedding_dimension() or 0),
             pooling=_pooling(model),
-            end_token=_end_token(tokenizer),
+            end_token=end_token(tokenizer),
             prompts=prompts,
             query_prompt="query" if "query" in prompts else None,
         )
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:
         """Each text's ids with [CLS] and [SEP] (or the model's own), uncut."""
-        encoded = self._tokenizer(texts, add_special_tokens=True, verbose=False)
-        return [list(map(int, ids)) for ids in encoded["input_ids"]]
+        return token_ids(self._tokenizer, texts)
 
     def features(self, rows: list[list[int]]) -> dict[str, Any]:
         """The model's inputs for `rows`, padded into one batch."""
@@ -121,7 +126,7 @@ class TorchEmbedder:
         out: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * len(batch)
         key = "token_embeddings" if self.info.pooling == "none" else "sentence_embedding"
         with torch.inference_mode():
-            for run in _chunks(batch, self._budget):
+            for run in chunks(batch, self._budget):
                 features = self.features([batch[i] for i in run])
                 for module in self._modules:
                     features = module(features)
@@ -166,11 +171,11 @@ class TorchReranker:
             "token_type_ids" in self._tokenizer.model_input_names
             and getattr(config, "type_vocab_size", 1) > 1
         )
-        self._end = _end_token(self._tokenizer)
+        self._end = end_token(self._tokenizer)
         self._labels = int(config.num_labels)
         self.info = EncoderInfo(
             engine=ENGINE,
-            max_tokens=_max_tokens(self._tokenizer, config, None),
+            max_tokens=max_tokens(self._tokenizer, config, None),
             vocab_size=len(self._tokenizer),
             dimensions=0,
             pooling="rank",
@@ -198,7 +203,7 @@ class TorchReranker:
 
         scores = [0.0] * len(batch)
         with torch.inference_mode():
-            for run in _chunks(batch, self._budget):
+            for run in chunks(batch, self._budget):
                 logits = self.logits(self.features([batch[i] for i in run])).float()
                 one = self._labels == 1
                 values = logits[:, 0] if one else logits[:, 1] - logits[:, 0]
