@@ -1,11 +1,14 @@
 """Embedding throughput, one run, same model (all-MiniLM-L6-v2) and inputs for every side:
 
-    python bench/embeddings.py [--sentences 256] [--rounds 3] [--threads N]
+    python bench/embeddings.py [--sentences 256] [--rounds 3] [--threads N] [--infinity PATH]
 
 - in process: sentence-transformers on torch, ONNX Runtime (the model exported with
   torch.onnx), and llama.cpp (the same weights as a BERT GGUF), at batch 32;
-- ours: `mlxcel serve --embedding-model default`, POST /v1/embeddings at batch 32, against the
-  best in-process engine (target >= 0.9x);
+- ours: `mlxcel serve --embedding-model default` (ONNX Runtime on Linux), POST /v1/embeddings
+  at batch 32, against the best in-process engine (target >= 0.9x);
+- infinity-emb's server (`infinity_emb v2`, its own venv: its pins replace numpy and uvicorn,
+  so it cannot share ours) on the same folder, POST /embeddings at batch 32 (target: ours
+  >= 1.2x); given with --infinity, or found on PATH;
 - cross-request batching: 16 concurrent single-sentence clients against the same 16 requests
   one at a time (target >= 3x).
 
@@ -16,12 +19,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -32,6 +37,8 @@ from bench.bert_gguf import convert
 from bench.compare import _free_port, _start
 
 BATCH = 32
+OURS = "mlxcel /v1/embeddings"
+INFINITY = "infinity-emb /embeddings"
 CLIENTS = 16
 TEXT = (
     "the quick brown fox jumps over a lazy dog while people watch from the river bank in the "
@@ -110,13 +117,25 @@ def engines(model_dir: Path, gguf: Path, work: Path, threads: int) -> dict[str, 
     }
 
 
+def infinity_server(binary: str, model_dir: Path, threads: int) -> tuple[Any, str]:
+    """infinity-emb's server on the folder (torch engine, batch 32), and its embeddings URL."""
+    port = _free_port()
+    command = [binary, "v2", "--model-id", str(model_dir), "--port", str(port)]
+    command += ["--batch-size", str(BATCH), "--device", "cpu", "--no-model-warmup"]
+    os.environ.update(DO_NOT_TRACK="1", INFINITY_ANONYMOUS_USAGE_STATS="0")
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    return _start(command, port, "/health"), f"http://127.0.0.1:{port}/embeddings"
+
+
 def main() -> None:
     """Measure every side and print the ratios."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sentences", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--infinity", help="infinity_emb executable (default: from PATH)")
     args = parser.parse_args()
+    infinity = args.infinity or shutil.which("infinity_emb")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from mlxcel.weights import default_embedding_model
 
@@ -130,7 +149,7 @@ def main() -> None:
         port = _free_port()
         command = [sys.executable, "-m", "mlxcel.cli", "serve", "--port", str(port)]
         command += ["--threads", str(args.threads), "--embedding-model", "default"]
-        server = _start(command, port, "/health")
+        servers = [_start(command, port, "/health")]
         url = f"http://127.0.0.1:{port}/v1/embeddings"
         try:
             with httpx.Client(timeout=600) as http:
@@ -138,10 +157,20 @@ def main() -> None:
                 def ours(batch: list[str]) -> object:
                     return http.post(url, json={"input": batch}).raise_for_status()
 
+                sides = [*local.items(), (OURS, ours)]
+                if infinity:
+                    process, peer_url = infinity_server(infinity, model_dir, args.threads)
+                    servers.append(process)
+
+                    def peer(batch: list[str]) -> object:
+                        body = {"input": batch, "model": str(model_dir)}
+                        return http.post(peer_url, json=body).raise_for_status()
+
+                    sides.append((INFINITY, peer))
                 best: dict[str, float] = {}
                 serial_s = concurrent_s = float("inf")
                 for _ in range(args.rounds):
-                    for name, run in [*local.items(), ("mlxcel /v1/embeddings", ours)]:
+                    for name, run in sides:
                         run(texts[:BATCH])
                         best[name] = max(best.get(name, 0.0), rate(run, texts))
                     began = time.perf_counter()
@@ -153,8 +182,9 @@ def main() -> None:
                         list(pool.map(lambda s: ours([s]), singles))
                         concurrent_s = min(concurrent_s, time.perf_counter() - began)
         finally:
-            server.terminate()
-            server.wait(timeout=30)
+            for server in servers:
+                server.terminate()
+                server.wait(timeout=30)
     report(best, serial_s, concurrent_s, args)
 
 
@@ -163,9 +193,14 @@ def report(best: dict[str, float], serial_s: float, concurrent_s: float, args: o
     print(f"all-MiniLM-L6-v2, batch {BATCH}, {args.sentences} sentences, {args.threads} threads")  # type: ignore[attr-defined]
     for name, value in best.items():
         print(f"  {name:32s} {value:8.1f} sentences/s")
-    ours = best.pop("mlxcel /v1/embeddings")
+    ours = best.pop(OURS)
+    server = best.pop(INFINITY, None)
     peer = max(best, key=lambda n: best[n])
     print(f"ours / best in-process ({peer}): {ours / best[peer]:.2f}x (target >= 0.9x)")
+    if server is None:
+        print("ours / infinity-emb: not measured (no infinity_emb: give --infinity PATH)")
+    else:
+        print(f"ours / infinity-emb server: {ours / server:.2f}x (target >= 1.2x)")
     print(
         f"{CLIENTS} concurrent single-sentence clients vs one at a time: "
         f"{serial_s / concurrent_s:.2f}x ({serial_s:.3f} s vs {concurrent_s:.3f} s; target >= 3x)"

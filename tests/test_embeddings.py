@@ -96,14 +96,6 @@ def test_litellm_embedding(server: ServerProcess, monkeypatch: pytest.MonkeyPatc
     assert answer.usage.prompt_tokens > len(SENTENCES[:3])
 
 
-def test_onnx_matches_sentence_transformers_in_process(server: ServerProcess) -> None:
-    from sentence_transformers import SentenceTransformer
-
-    reference = SentenceTransformer(str(minilm_dir()), device="cpu").encode(SENTENCES)
-    got = vectors(server, SENTENCES)
-    assert np.allclose(got, reference, atol=1e-5)
-
-
 def test_base64_decodes_to_the_floats(server: ServerProcess) -> None:
     floats = vectors(server, SENTENCES[:2])
     with server.http() as http:
