@@ -55,3 +55,10 @@ class APIError(Exception):
 def invalid_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
     """A 400 about the request body."""
     return APIError(400, message, param=param, code=code)
+
+
+def server_busy(message: str) -> APIError:
+    """A 503: the queue is full, or a request waited too long in it; retry shortly."""
+    return APIError(
+        503, message, type="server_busy", code="server_busy", headers={"Retry-After": "1"}
+    )

@@ -1,0 +1,1 @@
+"""Image engines: diffusers (torch) everywhere, mflux on Apple Silicon."""
