@@ -31,7 +31,15 @@ from mlxcel.weights import WeightsError, hub_id, resolve_model
 
 logger = logging.getLogger("mlxcel.cli")
 
-_SERVER_FLAGS = ("host", "port", "socket", "log_level", "max_memory")
+_SERVER_FLAGS = (
+    "host",
+    "port",
+    "socket",
+    "log_level",
+    "max_memory",
+    "image_url_ttl",
+    "image_url_max_mib",
+)
 
 
 def _api_keys(args: argparse.Namespace) -> tuple[str, ...]:

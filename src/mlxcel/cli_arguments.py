@@ -10,7 +10,7 @@ from mlxcel.cli_audio import audio_arguments
 from mlxcel.cli_encoders import encoder_arguments
 from mlxcel.cli_llama_server import llama_server_arguments
 from mlxcel.cli_media import media_arguments
-from mlxcel.cli_models import SIDE_MODELS
+from mlxcel.cli_models import SIDE_MODELS, add_image_url_flags
 from mlxcel.cli_security import security_arguments
 from mlxcel.logs import LOG_FORMATS, LOG_LEVELS
 from mlxcel.models.memory import parse_size
@@ -232,6 +232,7 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="shut down when standard input reaches end of file (the Python client's managed "
         "server follows its parent process so)",
     )
+    add_image_url_flags(add)
     add("--no-warmup", action="store_true", help="skip the warm-up run after loading")
     add("--no-webui", action="store_true", help="do not serve the browser playground at /")
     add(

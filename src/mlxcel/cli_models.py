@@ -4,11 +4,18 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
-from mlxcel.config import Kind, ModelConfig, default_threads
+from mlxcel.config import (
+    DEFAULT_IMAGE_URL_MAX_MIB,
+    DEFAULT_IMAGE_URL_TTL,
+    Kind,
+    ModelConfig,
+    default_threads,
+)
 from mlxcel.config_file import FileConfig, ModelSection, unservable
 from mlxcel.models.audio import AUDIO_KINDS, side_model, unknown_audio_source
 from mlxcel.weights import WeightsError, hub_id, resolve_model
@@ -21,6 +28,25 @@ SIDE_MODELS: dict[str, Kind] = {
     "speech_model": "speech",
     "image_model": "image",
 }
+
+
+def add_image_url_flags(add: Callable[..., object]) -> None:
+    """The flags that bound what `response_format: url` image answers keep."""
+    add(
+        "--image-url-ttl",
+        type=float,
+        default=DEFAULT_IMAGE_URL_TTL,
+        metavar="SECONDS",
+        help="how long an image answered by url stays at its link (default: %(default)g)",
+    )
+    add(
+        "--image-url-max-mib",
+        type=int,
+        default=DEFAULT_IMAGE_URL_MAX_MIB,
+        metavar="MIB",
+        help="MiB the linked images may take together, the oldest dropped first past it "
+        "(default: %(default)s)",
+    )
 
 
 def fail(parser: argparse.ArgumentParser, message: str) -> NoReturn:
@@ -57,6 +83,8 @@ def side_models(
                 threads=base.threads,
                 embedding_batch_tokens=base.embedding_batch_tokens,
                 embedding_engine=base.embedding_engine,
+                queue_size=base.queue_size,
+                queue_timeout=base.queue_timeout,
             )
         )
     return models

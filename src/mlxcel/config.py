@@ -33,6 +33,9 @@ DEFAULT_HEADER_TIMEOUT = 15.0
 DEFAULT_BODY_TIMEOUT = 30.0
 DEFAULT_KEEP_ALIVE_TIMEOUT = 15
 DEFAULT_MAX_CONNECTIONS = 1024
+# How long, and within how many bytes in all, the images `response_format: url` links to are kept.
+DEFAULT_IMAGE_URL_TTL = 3600.0
+DEFAULT_IMAGE_URL_MAX_MIB = 256
 DEFAULT_LOG_LEVEL = "info"
 DEFAULT_BACKEND = "auto"
 BACKENDS = ("auto", "llamacpp", "mlx")
@@ -63,7 +66,7 @@ KINDS: tuple[Kind, ...] = (
 )
 # The kinds this build can serve; the capability issues add to it.
 SERVABLE_KINDS: frozenset[Kind] = frozenset(
-    {"text", "vision", "embedding", "rerank", "transcription", "speech"}
+    {"text", "vision", "embedding", "rerank", "transcription", "speech", "image"}
 )
 # What each kind is called where a user reads it.
 KIND_NAMES: dict[Kind, str] = {
@@ -252,3 +255,7 @@ class ServerConfig:
     """Host header names accepted beside the bound address and loopback names ('*': any)."""
     public_openapi: bool = False
     """Serve /openapi.json without the API key."""
+    image_url_ttl: float = DEFAULT_IMAGE_URL_TTL
+    """Seconds an image answered by `url` stays at its link."""
+    image_url_max_mib: int = DEFAULT_IMAGE_URL_MAX_MIB
+    """MiB the linked images may take together; the oldest go first past it."""

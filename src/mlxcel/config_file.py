@@ -8,6 +8,7 @@ naming the file, the line and the key.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +177,8 @@ SERVER_KEYS: dict[str, tuple[str, to.Convert]] = {
     "log_level": ("log_level", to.log_level),
     "max_body_bytes": ("max_body_bytes", to.integer),
     "max_memory": ("max_memory", to.size),
+    "image_url_ttl": ("image_url_ttl", to.number),
+    "image_url_max_mib": ("image_url_max_mib", to.at_least(1)),
 }
 SERVER_KEYS_IGNORED = frozenset(
     {"log_file", "no_log_file", "max_loaded_models", "model_load_timeout", "enable_status_page"}
@@ -293,6 +296,8 @@ def read_config(path: Path) -> FileConfig:
 
 def unservable(kind: Kind) -> str | None:
     """Why a model of this kind cannot be served here, or None if it can."""
+    if kind == "image" and find_spec("diffusers") is None:
+        return "image models need diffusers: pip install 'mlxcel[images]'"
     if kind in SERVABLE_KINDS:
         return None
     served = ", ".join(KIND_NAMES[k] for k in sorted(SERVABLE_KINDS))

@@ -20,6 +20,7 @@ from mlxcel.api.routes import (
     audio,
     embeddings,
     health,
+    images,
     models,
     native,
     observe,
@@ -32,6 +33,7 @@ from mlxcel.api.state import HoldModels
 from mlxcel.config import ServerConfig
 from mlxcel.serving.encoders import EncoderLimits
 from mlxcel.serving.errors import APIError
+from mlxcel.serving.image_files import ImageFiles
 
 
 def _envelope(path: str, error: APIError) -> bytes | None:
@@ -56,7 +58,14 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.state.metrics_registry = CollectorRegistry()
     install_error_handlers(app)
     app.include_router(health.public)
-    for openai_routes in (models.listing, text.router, responses.router, audio.router):
+    app.state.image_files = ImageFiles(config.image_url_ttl, config.image_url_max_mib << 20)
+    for openai_routes in (
+        models.listing,
+        text.router,
+        responses.router,
+        audio.router,
+        images.router,
+    ):
         app.include_router(openai_routes, prefix="/v1")
         # As llama-server does: a client whose base URL lacks /v1 still finds them.
         app.include_router(openai_routes, include_in_schema=False)

@@ -9,6 +9,7 @@ from fastapi import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mlxcel.logs import current_request
+from mlxcel.models.images import ImageModel
 from mlxcel.models.loaded import TEXT, Capability, Loaded, LoadedEncoder, LoadedModel
 from mlxcel.models.registry import (
     MissingCapability,
@@ -83,6 +84,14 @@ async def encoder_for(request: Request, name: str | None, capability: Capability
     model = await served_for(request, name, capability)
     if not isinstance(model, LoadedEncoder):
         raise invalid_model(f"the model '{model.name}' cannot do {capability}")
+    return model
+
+
+async def image_model_for(request: Request, name: str | None, capability: Capability) -> ImageModel:
+    """The loaded image model a request names, held as `model_for` holds one."""
+    model = await served_for(request, name, capability)
+    if not isinstance(model, ImageModel):
+        raise invalid_model(f"the model '{model.name}' does not draw images")
     return model
 
 

@@ -10,12 +10,20 @@ from mlxcel.config import Kind, ModelConfig
 from mlxcel.engine.sampling import SamplingDefaults
 from mlxcel.engine.types import ChatTemplate, TextModel
 from mlxcel.models.audio import SpeechModel, TranscriptionModel
+from mlxcel.models.images import ImageModel
 from mlxcel.models.remote import Worker
 from mlxcel.models.textgen import RemoteEngine, TextFacts, remote_text_model
 from mlxcel.serving.encoders import EmbeddingModel, RerankModel
 
 Capability = Literal[
-    "text", "vision", "embedding", "rerank", "transcription", "speech", "image_generation"
+    "text",
+    "vision",
+    "embedding",
+    "rerank",
+    "transcription",
+    "speech",
+    "image_generation",
+    "image_edit",
 ]
 TEXT: Capability = "text"
 # What each capability is called in a message, and how a server gets a model that has it.
@@ -27,6 +35,7 @@ CAPABILITY_NAMES: dict[Capability, str] = {
     "transcription": "transcription",
     "speech": "speech",
     "image_generation": "image generation",
+    "image_edit": "image edits",
 }
 CAPABILITY_FLAGS: dict[Capability, str] = {
     "text": "-m",
@@ -36,6 +45,7 @@ CAPABILITY_FLAGS: dict[Capability, str] = {
     "transcription": "--transcription-model",
     "speech": "--speech-model",
     "image_generation": "--image-model",
+    "image_edit": "--image-model",
 }
 
 CAPABILITIES: dict[Kind, tuple[Capability, ...]] = {
@@ -45,7 +55,7 @@ CAPABILITIES: dict[Kind, tuple[Capability, ...]] = {
     "rerank": ("rerank",),
     "transcription": ("transcription",),
     "speech": ("speech",),
-    "image": ("image_generation",),
+    "image": ("image_generation", "image_edit"),
 }
 
 
@@ -132,5 +142,5 @@ class LoadedEncoder:
         self.encoder.close()
 
 
-Loaded = LoadedModel | LoadedEncoder | TranscriptionModel | SpeechModel
+Loaded = LoadedModel | LoadedEncoder | TranscriptionModel | SpeechModel | ImageModel
 """What the registry holds for a loaded model, whatever its kind."""

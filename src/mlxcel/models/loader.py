@@ -22,6 +22,7 @@ from mlxcel.models.audio import (
     engine_label,
     load_audio_model,
 )
+from mlxcel.models.images import IMAGE_BACKEND, ImageModel, load_image_model
 from mlxcel.models.loaded import LoadedEncoder
 from mlxcel.parsers.tools import detect_parser
 from mlxcel.progress import progress
@@ -32,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 ENCODER_KINDS = frozenset({"embedding", "rerank"})
 # The kinds that load in the HTTP process; text and vision models each run in a worker.
-IN_PROCESS_KINDS = ENCODER_KINDS | AUDIO_KINDS
+IN_PROCESS_KINDS = ENCODER_KINDS | AUDIO_KINDS | {"image"}
 
 
 def choose_backend(model: Path, requested: str) -> str:
@@ -49,6 +50,8 @@ def choose_backend(model: Path, requested: str) -> str:
 
 def backend_label(config: ModelConfig) -> str:
     """The engine that serves (or will serve) a model, as /v1/models and /props name it."""
+    if config.kind == "image":
+        return IMAGE_BACKEND
     if config.kind in AUDIO_KINDS:
         return engine_label(config)
     if config.kind in ENCODER_KINDS:
@@ -124,8 +127,12 @@ def _open_mlx(config: ModelConfig) -> TextGenerator:
         return MlxGenerator(config.model, options)
 
 
-def load_in_process(config: ModelConfig) -> LoadedEncoder | TranscriptionModel | SpeechModel:
-    """Load an embedding, rerank or audio model, which serve in the HTTP process."""
+def load_in_process(
+    config: ModelConfig,
+) -> LoadedEncoder | TranscriptionModel | SpeechModel | ImageModel:
+    """Load an embedding, rerank, audio or image model, which serve in the HTTP process."""
+    if config.kind == "image":
+        return load_image_model(config)
     if config.kind in AUDIO_KINDS:
         return load_audio_model(config)
     return _load_encoder(config)

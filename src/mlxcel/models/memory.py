@@ -31,7 +31,8 @@ def weights_bytes(model: Path) -> int:
     """The size of a model's weights on disk: the GGUF file, or a directory's weight files."""
     if model.is_file():
         return model.stat().st_size
-    files = [*model.glob("*.safetensors"), *model.glob("*.gguf")]
+    # A diffusers pipeline keeps its weights in a folder per component.
+    files = [*model.rglob("*.safetensors"), *model.rglob("*.gguf")]
     return sum(f.stat().st_size for f in files if f.is_file())
 
 

@@ -8,9 +8,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-DEFAULT_TTL_S = 3600.0
-DEFAULT_MAX_BYTES = 256 * 1024 * 1024
-
 
 @dataclass(frozen=True)
 class ImageFile:
@@ -26,10 +23,7 @@ class ImageFiles:
     insertion order, which is also expiry order."""
 
     def __init__(
-        self,
-        ttl: float = DEFAULT_TTL_S,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        clock: Callable[[], float] = time.monotonic,
+        self, ttl: float, max_bytes: int, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.ttl = ttl
         self.max_bytes = max_bytes
