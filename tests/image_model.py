@@ -90,7 +90,7 @@ def build_pipeline(folder: Path, seed: int = 0) -> Path:
             max_position_embeddings=tokenizer.model_max_length,
         )
     )
-    scheduler = DDIMScheduler()
+    scheduler = DDIMScheduler(clip_sample=False, set_alpha_to_one=False, steps_offset=1)
     pipeline = StableDiffusionPipeline(
         vae=vae,
         text_encoder=text_encoder,

@@ -110,7 +110,8 @@ def resolve_model(model: str | None) -> Path:
     if not path.exists():
         raise WeightsError(f"model not found: {model}")
     if path.is_dir():
-        if not (path / "config.json").is_file():
+        # model_index.json: a diffusers pipeline, whose components have their own configs.
+        if not any((path / name).is_file() for name in ("config.json", "model_index.json")):
             raise WeightsError(f"not a model directory (no config.json): {model}")
         return path
     if path.suffix.lower() != ".gguf":
