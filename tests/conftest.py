@@ -80,8 +80,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def image_pipeline(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random-weight Stable Diffusion pipeline folder (tests/image_model.py)."""
-    from tests.image_model import build_pipeline
+    """A tiny random-weight Stable Diffusion pipeline folder (bench/image_model.py)."""
+    from bench.image_model import build_pipeline
 
     return build_pipeline(tmp_path_factory.mktemp("image-models") / "tiny-sd")
 
