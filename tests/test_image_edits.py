@@ -32,6 +32,13 @@ def png(size: tuple[int, int] = (64, 64), mode: str = "RGB", seed: int = 0) -> b
     return out.getvalue()
 
 
+def bomb() -> bytes:
+    """A small PNG whose header promises more pixels than Pillow will decode."""
+    out = io.BytesIO()
+    Image.new("1", (20000, 20000)).save(out, format="PNG")
+    return out.getvalue()
+
+
 def top_half_mask(size: tuple[int, int] = (64, 64)) -> bytes:
     """Transparent (edit here) over the top half, opaque (keep) below."""
     alpha = np.full((size[1], size[0]), 255, dtype=np.uint8)
@@ -124,6 +131,15 @@ def test_bad_uploads(
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == param and words in error["message"]
+
+
+def test_an_image_bomb_is_refused_before_it_is_decoded(images_server: ServerProcess) -> None:
+    with images_server.http(headers={"Authorization": f"Bearer {IMAGE_KEY}"}) as http:
+        response = http.post(
+            "/v1/images/edits", data={"prompt": "a cat"}, files=[("image", upload(bomb()))]
+        )
+    assert response.status_code == 400, response.text
+    assert "too many pixels" in response.json()["error"]["message"]
 
 
 def test_bad_edit_bodies(images_server: ServerProcess) -> None:

@@ -95,7 +95,8 @@ class ImageQueue:
         self._thread.start()
 
     def stop(self) -> None:
-        """Finish the thread after the batch running now; waiting requests get an error."""
+        """Stop the batch running now at its next step and end the thread; waiting requests
+        get an error."""
         with self._wakeup:
             self._stopping = True
             self._wakeup.notify()
@@ -141,13 +142,20 @@ class ImageQueue:
                 self._wakeup.wait(timeout=0.5)
         return None
 
+    def _gives_up(self, handle: ImageHandle) -> bool:
+        """Whether to stop a batch: its client went away, or the server is stopping."""
+        return handle.cancelled or self._stopping
+
     def _serve(self, request: _Request) -> None:
         handle, job = request.handle, request.job
         about = {"request_id": handle.request_id}
         started = time.monotonic()
         try:
-            result = self._generator.generate(job, handle.deliver, lambda: handle.cancelled)
+            result = self._generator.generate(job, handle.deliver, lambda: self._gives_up(handle))
         except GenerationCancelled:
+            if not handle.cancelled:
+                handle.deliver(EngineError("the server is shutting down"))
+                return
             logger.info("image batch cancelled", extra=about)
             handle.deliver(EngineError("cancelled", "cancelled"))
         except Exception as exc:

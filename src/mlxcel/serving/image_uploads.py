@@ -28,6 +28,8 @@ def _open(data: bytes, param: str, max_side: int) -> Any:
         )
     try:
         image = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError:
+        raise invalid_request(f"'{param}' has too many pixels to decode", param) from None
     except (UnidentifiedImageError, OSError, ValueError):
         raise invalid_request(f"'{param}' is not a PNG, JPEG or WebP image", param) from None
     if image.format not in FORMATS:
