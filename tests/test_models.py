@@ -15,7 +15,7 @@ import openai
 import pytest
 from prometheus_client import CollectorRegistry
 
-from mlxcel.config import KIND_NAMES, SERVABLE_KINDS, ModelConfig
+from mlxcel.config import ModelConfig
 from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.models.registry import MissingCapability, ModelNotFound, ModelRegistry
 from tests._client_util import default_gguf
@@ -26,8 +26,6 @@ pytestmark = pytest.mark.slow
 
 HELLO = [{"role": "user", "content": "Say hello."}]
 GREEDY: dict[str, Any] = {"temperature": 0, "max_tokens": 6}
-
-SERVED = ", ".join(KIND_NAMES[k] for k in sorted(SERVABLE_KINDS))
 
 
 def _write(path: Path, text: str) -> Path:
@@ -329,12 +327,6 @@ def test_bad_configs_are_one_line_errors_with_exit_code_2(tmp_path: Path) -> Non
             "models:\n  - name: gone\n    model_path: /nowhere/x.gguf\n",
             "{file}:3: models[0]: model not found: /nowhere/x.gguf",
         ),
-        "kind.yaml": (
-            f"models:\n  - model_path: {gguf}\n  - model_path: some/painter\n"
-            "    model_type: image-generation\n",
-            "{file}:4: models[1]: no installed mlxcel package serves image generation models yet "
-            f"(this mlxcel serves {SERVED})",
-        ),
         "type.yaml": (
             f"models:\n  - model_path: {gguf}\n    context_length: lots\n",
             "{file}:3: models[0].context_length: expected an integer, got 'lots'",
@@ -372,8 +364,12 @@ def test_bad_configs_are_one_line_errors_with_exit_code_2(tmp_path: Path) -> Non
 
 def test_side_model_flags_name_what_cannot_be_served(tmp_path: Path) -> None:
     assert _refused(tmp_path, "--image-model", "default") == (
-        "mlxcel serve: error: --image-model default: no installed mlxcel package serves image "
-        f"generation models yet (this mlxcel serves {SERVED})"
+        "mlxcel serve: error: --image-model default: no model of this kind is packaged: "
+        "give a folder or a GGUF"
+    )
+    assert _refused(tmp_path, "--image-model", str(tmp_path)) == (
+        f"mlxcel serve: error: --image-model {tmp_path}: not a model directory (no config.json): "
+        f"{tmp_path}"
     )
     assert _refused(tmp_path, "--reranker-model", "default") == (
         "mlxcel serve: error: --reranker-model default: no model of this kind is packaged: "
@@ -381,10 +377,6 @@ def test_side_model_flags_name_what_cannot_be_served(tmp_path: Path) -> None:
     )
     assert _refused(tmp_path, "--embedding-model", str(tmp_path / "nowhere")) == (
         f"mlxcel serve: error: --embedding-model {tmp_path / 'nowhere'}: no such file or folder"
-    )
-    assert _refused(tmp_path, "--model-type", "image-generation", command="launch") == (
-        "mlxcel launch: error: --model-type image-generation: no installed mlxcel package serves "
-        f"image generation models yet (this mlxcel serves {SERVED})"
     )
     assert _refused(tmp_path, "--transcription-model", "nowhere") == (
         "mlxcel serve: error: --transcription-model nowhere: not a folder, nor one of the "
