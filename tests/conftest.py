@@ -17,11 +17,11 @@ from tests.server_process import ServerProcess
 LLAMA_DIR = "tiny-llama-0.1"
 
 
-def start(tmp: Path, *args: str, **kwargs: object) -> ServerProcess:
+def start(tmp: Path, *args: str, ready_timeout: float = 120, **kwargs: object) -> ServerProcess:
     """Start a server, logging to a file under `tmp`, and wait until it is ready."""
     server = ServerProcess(*args, log_path=tmp / "server.log", **kwargs)  # type: ignore[arg-type]
     try:
-        server.wait_ready()
+        server.wait_ready(ready_timeout)
     except Exception:
         server.stop()
         raise
@@ -87,6 +87,8 @@ def image_pipeline(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 IMAGE_KEY = "image-key"
+# Seconds an image server may take to start: torch and diffusers import slowly on a busy CPU.
+IMAGE_READY_S = 600
 IMAGE_URL_TTL_S = 4
 
 
@@ -120,7 +122,7 @@ def images_server(
         ],
     }
     (folder / "models.yaml").write_text(json.dumps(config))
-    proc = start(folder, "--config", str(folder / "models.yaml"))
+    proc = start(folder, "--config", str(folder / "models.yaml"), ready_timeout=IMAGE_READY_S)
     yield proc
     proc.stop()
 

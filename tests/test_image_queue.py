@@ -4,8 +4,10 @@ a client that goes away cancels its batch between steps and frees the pipeline."
 from __future__ import annotations
 
 import json
+import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -13,7 +15,7 @@ import pytest
 from mlxcel.engine.image_types import partial_steps
 from mlxcel.protocol.images import MAX_STEPS
 from mlxcel.serving.image_files import ImageFiles
-from tests.conftest import BUSY_IMAGE_MODEL, IMAGE_KEY
+from tests.conftest import BUSY_IMAGE_MODEL, IMAGE_KEY, IMAGE_READY_S, start
 from tests.conftest import BUSY_QUEUE_TIMEOUT_S as QUEUE_TIMEOUT_S
 from tests.server_process import ServerProcess
 
@@ -22,9 +24,12 @@ pytestmark = pytest.mark.slow
 
 
 CANCELLED = "image batch cancelled"
+WITHDRAWN = "cancelled while waiting for the pipeline"
 # A batch long enough that it is still running whenever the test looks.
 LONG = {"prompt": "a cat", "steps": MAX_STEPS, "model": BUSY_IMAGE_MODEL}
 SHORT = {"prompt": "a cat", "steps": 2, "model": BUSY_IMAGE_MODEL}
+# Two images: a request's batch is admitted or refused whole.
+PAIR = {**SHORT, "n": 2}
 AUTH = {"Authorization": f"Bearer {IMAGE_KEY}"}
 
 
@@ -53,7 +58,7 @@ def test_busy_queue_timeout_and_cancel(images_server: ServerProcess) -> None:
         first = next(line for line in lines if line.startswith("data: "))
         assert json.loads(first[6:])["type"] == "image_generation.progress"
         # One of two more waits in the queue until it times out; the other finds it full.
-        answers = list(pool.map(post, [images_server] * 2, [SHORT] * 2))
+        answers = list(pool.map(post, [images_server] * 2, [PAIR] * 2))
     errors = [answer.json()["error"] for answer in answers]
     assert [answer.status_code for answer in answers] == [503, 503]
     assert {error["code"] for error in errors} == {"server_busy"}
@@ -62,7 +67,28 @@ def test_busy_queue_timeout_and_cancel(images_server: ServerProcess) -> None:
     assert f"waited more than {QUEUE_TIMEOUT_S}s" in messages[0]
     # The stream closed mid-batch: the batch stops at its next step and the pipeline is free.
     wait_for_log(images_server, CANCELLED, before + 1)
-    assert post(images_server, SHORT).status_code == 200
+    assert len(post(images_server, PAIR).json()["data"]) == 2
+
+
+def test_a_client_that_leaves_the_queue_frees_its_place(images_server: ServerProcess) -> None:
+    before = images_server.log().count(WITHDRAWN)
+    cancelled = images_server.log().count(CANCELLED)
+    with (
+        images_server.http(headers=AUTH) as http,
+        http.stream("POST", "/v1/images/generations", json={**LONG, "stream": True}) as run,
+    ):
+        # (Held: a line iterator that is dropped closes the stream.)
+        lines = run.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+        # The one place in the queue: taken, then given up by a client that stops waiting.
+        with pytest.raises(httpx.ReadTimeout):
+            http.post("/v1/images/generations", json=SHORT, timeout=httpx.Timeout(60, read=0.5))
+        wait_for_log(images_server, WITHDRAWN, before + 1)
+        waited = post(images_server, SHORT)
+    # The next request got the place (and waited there until the queue timeout).
+    assert waited.status_code == 503
+    assert f"waited more than {QUEUE_TIMEOUT_S}s" in waited.json()["error"]["message"]
+    wait_for_log(images_server, CANCELLED, cancelled + 1)
 
 
 def test_a_whole_answer_is_cancelled_when_the_client_leaves(images_server: ServerProcess) -> None:
@@ -90,3 +116,43 @@ def test_linked_files_expire_and_fit_their_budget() -> None:
     assert files.get(first) is None and files.get(second) is not None
     now[0] = 11
     assert files.get(second) is None and files.get(third) is None
+
+
+def test_sigterm_ends_the_running_batch_and_the_waiting_one(
+    tmp_path: Path, image_pipeline: Path
+) -> None:
+    """Past --shutdown-timeout, the batch running ends at its next step with a shutting_down
+    error event, the one waiting with a 503; the server exits 0."""
+    server = start(
+        tmp_path,
+        "--image-model",
+        str(image_pipeline),
+        "--shutdown-timeout",
+        "1",
+        ready_timeout=IMAGE_READY_S,
+    )
+    long = {"prompt": "a cat", "steps": MAX_STEPS, "stream": True}
+    quick = {"prompt": "a cat", "steps": 2}
+    try:
+        with (
+            server.http() as http,
+            ThreadPoolExecutor(1) as pool,
+            http.stream("POST", "/v1/images/generations", json=long) as run,
+        ):
+            lines = (line for line in run.iter_lines() if line.startswith("data: "))
+            assert json.loads(next(lines)[6:])["type"] == "image_generation.progress"
+            waiting = pool.submit(http.post, "/v1/images/generations", json=quick)
+            wait_for_log(server, "image(s) of 64x64, 2 steps", 1)
+            server.process.send_signal(signal.SIGTERM)
+            events = [json.loads(line[6:]) for line in lines]
+            answer = waiting.result()
+        assert events[-1]["type"] == "error"
+        assert events[-1]["error"]["code"] == "shutting_down"
+        assert answer.status_code == 503
+        assert answer.json()["error"]["code"] == "shutting_down"
+        assert server.process.wait(timeout=60) == 0
+    finally:
+        server.stop()
+    log = server.log()
+    assert "image batch ended: the server is stopping" in log
+    assert "Traceback" not in log

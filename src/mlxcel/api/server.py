@@ -23,6 +23,7 @@ from mlxcel.api.connections import ConnectionLimits, file_limit_for, guarded_pro
 from mlxcel.api.shutdown import ABORT_GRACE_S, DrainingServer
 from mlxcel.config import ServerConfig
 from mlxcel.engine.metrics import EngineMetrics
+from mlxcel.models.images import ImageModel
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.models.registry import ModelRegistry, ModelUnavailable
 
@@ -112,12 +113,15 @@ def _cannot_listen(config: ServerConfig, exc: OSError) -> str:
 
 
 def _stop_engines(app: FastAPI) -> None:
-    """End every generation in flight, and every one waiting, with a shutdown error (the
-    other kinds' requests finish or fail as their models close)."""
+    """End every generation in flight, and every one waiting, with a shutdown error: text at
+    its next token, images at their next denoising step (the other kinds' requests finish or
+    fail as their models close)."""
     registry: ModelRegistry | None = getattr(app.state, "models", None)
     for model in registry.loaded() if registry is not None else []:
         if isinstance(model, LoadedModel):
             model.scheduler.stop()
+        elif isinstance(model, ImageModel):
+            model.queue.stop()
 
 
 async def _serve(

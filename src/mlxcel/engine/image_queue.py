@@ -10,6 +10,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from functools import partial
 
 from mlxcel.engine.handle import Cancellable
 from mlxcel.engine.image_types import (
@@ -23,6 +24,8 @@ from mlxcel.engine.scheduler import SchedulerLimits
 from mlxcel.engine.types import EngineError
 
 logger = logging.getLogger(__name__)
+
+SHUTTING_DOWN = "the server is shutting down"
 
 ImageUpdate = ImageEvent | ImageResult | EngineError
 
@@ -72,6 +75,10 @@ class ImageHandle(Cancellable):
                 return
 
 
+def _about(handle: ImageHandle) -> dict[str, str]:
+    return {"request_id": handle.request_id}
+
+
 @dataclass(frozen=True)
 class _Request:
     handle: ImageHandle
@@ -95,8 +102,8 @@ class ImageQueue:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the batch running now at its next step and end the thread; waiting requests
-        get an error."""
+        """Stop the batch running now at its next step and end the thread: it and the waiting
+        requests get a `shutting_down` error."""
         with self._wakeup:
             self._stopping = True
             self._wakeup.notify()
@@ -108,7 +115,8 @@ class ImageQueue:
         return self._limits.queue_timeout
 
     def submit(self, request_id: str, job: ImageJob) -> ImageHandle:
-        """Queue a batch; EngineError(code='server_busy') when the queue is full."""
+        """Queue a batch (all of a request's images); EngineError(code='server_busy') when the
+        queue is full."""
         handle = ImageHandle(request_id, asyncio.get_running_loop())
         with self._wakeup:
             room = self._limits.queue_size + (0 if self._busy else 1)
@@ -116,7 +124,17 @@ class ImageQueue:
                 raise EngineError("the server is busy: the image queue is full", "server_busy")
             self._waiting.append(_Request(handle, job))
             self._wakeup.notify()
+        handle.when_cancelled(partial(self._withdraw, handle))
         return handle
+
+    def _withdraw(self, handle: ImageHandle) -> None:
+        """A request was cancelled: a waiting one leaves the queue now, so the queue holds only
+        live requests; a running one stops at its next step."""
+        with self._wakeup:
+            left = deque(r for r in self._waiting if r.handle is not handle)
+            if len(left) < len(self._waiting):
+                logger.info("cancelled while waiting for the pipeline", extra=_about(handle))
+            self._waiting = left
 
     def _run(self) -> None:
         while True:
@@ -127,7 +145,9 @@ class ImageQueue:
         with self._wakeup:
             waiting, self._waiting = list(self._waiting), deque()
         for left in waiting:
-            left.handle.deliver(EngineError("the server is shutting down"))
+            # Out of the queue, so that its route stops waiting for the pipeline and reads it.
+            left.handle.mark_started()
+            left.handle.deliver(EngineError(SHUTTING_DOWN, "shutting_down"))
 
     def _next(self) -> _Request | None:
         """The next request to run, skipping those given up on; None to stop."""
@@ -148,13 +168,14 @@ class ImageQueue:
 
     def _serve(self, request: _Request) -> None:
         handle, job = request.handle, request.job
-        about = {"request_id": handle.request_id}
+        about = _about(handle)
         started = time.monotonic()
         try:
             result = self._generator.generate(job, handle.deliver, lambda: self._gives_up(handle))
         except GenerationCancelled:
             if not handle.cancelled:
-                handle.deliver(EngineError("the server is shutting down"))
+                logger.info("image batch ended: the server is stopping", extra=about)
+                handle.deliver(EngineError(SHUTTING_DOWN, "shutting_down"))
                 return
             logger.info("image batch cancelled", extra=about)
             handle.deliver(EngineError("cancelled", "cancelled"))

@@ -62,3 +62,8 @@ def server_busy(message: str) -> APIError:
     return APIError(
         503, message, type="server_busy", code="server_busy", headers={"Retry-After": "1"}
     )
+
+
+def shutting_down(message: str) -> APIError:
+    """A 503: the server stopped the work in flight as it shuts down."""
+    return APIError(503, message, code="shutting_down")

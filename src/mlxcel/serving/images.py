@@ -27,7 +27,7 @@ from mlxcel.engine.image_types import (
 from mlxcel.engine.types import EngineError
 from mlxcel.logs import current_request
 from mlxcel.protocol.images import ImageEditRequest, ImageRequest, OutputFormat
-from mlxcel.serving.errors import APIError, invalid_request, server_busy
+from mlxcel.serving.errors import APIError, invalid_request, server_busy, shutting_down
 from mlxcel.serving.image_files import ImageFiles
 
 logger = logging.getLogger(__name__)
@@ -174,6 +174,8 @@ def encode(pixels: Pixels, output_format: OutputFormat, compression: int | None)
 def _engine_error(error: EngineError) -> APIError:
     if error.code == "server_busy":
         return server_busy(str(error))
+    if error.code == "shutting_down":
+        return shutting_down(str(error))
     if error.code == "cancelled":
         return APIError(499, "client closed the request", code="client_closed")
     return APIError(500, f"image generation failed: {error}", code=error.code)

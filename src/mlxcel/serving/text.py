@@ -24,7 +24,7 @@ from mlxcel.logs import current_request
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.models.textgen import MODEL_UNAVAILABLE
 from mlxcel.protocol.common import SamplingFields
-from mlxcel.serving.errors import APIError, invalid_request, server_busy
+from mlxcel.serving.errors import APIError, invalid_request, server_busy, shutting_down
 from mlxcel.serving.sampling import logit_bias, sampling_params
 from mlxcel.serving.tokens import check_vocabulary, detokenize_ids
 
@@ -195,7 +195,7 @@ def _engine_error(error: EngineError, constraint_param: str | None) -> APIError:
     if error.code == "server_busy":
         return server_busy(str(error))
     if error.code == "shutting_down":
-        return APIError(503, str(error), code=error.code)
+        return shutting_down(str(error))
     if error.code == "invalid_grammar":
         return invalid_request(str(error), constraint_param, error.code)
     if error.code == "unsupported_field":

@@ -50,7 +50,10 @@ async def _answer(
     if stream:
         record = current_request()
         request_id = record.request_id if record is not None else answer.task
-        return await typed_event_stream(image_events(run), request_id, stream_error)
+        # Awaited up to its first event: a client that leaves while the batch waits for the
+        # pipeline frees its place in the queue at once.
+        events = typed_event_stream(image_events(run), request_id, stream_error)
+        return await unless_disconnected(request, events)
     return await unless_disconnected(request, create_images(run))
 
 
