@@ -16,6 +16,7 @@ from PIL import Image
 
 from tests.conftest import IMAGE_KEY as KEY
 from tests.conftest import IMAGE_URL_TTL_S as URL_TTL_S
+from tests.openapi_check import check_operations
 from tests.server_process import ServerProcess
 
 # The image tests share one server, whose start (torch, diffusers, two pipelines) is slow.
@@ -164,3 +165,12 @@ def test_a_chat_cannot_name_the_image_model(images_client: openai.OpenAI) -> Non
             model=MODEL, messages=[{"role": "user", "content": "hi"}]
         )
     assert "cannot do text" in caught.value.message
+
+
+def test_the_image_routes_answer_as_documented(images_server: ServerProcess) -> None:
+    """schemathesis over the image operations of /openapi.json, on a server that has the
+    models: every answer, 200s included, is in a status, type and schema the document gives."""
+    auth = {"Authorization": f"Bearer {KEY}"}
+    # Two denoising steps unless a case says how many (then at most two).
+    steps = {"num_inference_steps": 2}
+    assert check_operations(images_server.root, auth, 4, "/v1/images", steps) == 3

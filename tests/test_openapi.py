@@ -4,38 +4,20 @@ status it lists, in the content type and schema it gives, never a server error."
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
-import schemathesis
-from hypothesis import HealthCheck, Phase, given, settings
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    ignored_auth,
-    response_schema_conformance,
-    status_code_conformance,
-)
 
 from tests.conftest import serving
+from tests.openapi_check import check_operations
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.slow
 
 KEY = "openapi-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
-# Generation fields a case may set, capped so that every generated request stays short.
-_LIMITS = {"max_tokens": 4, "max_completion_tokens": 4, "max_output_tokens": 4, "n_predict": 4}
 # Cases per operation: the whole run takes about a minute on two cores.
 EXAMPLES = 6
-CHECKS = [
-    not_a_server_error,
-    status_code_conformance,
-    content_type_conformance,
-    response_schema_conformance,
-    ignored_auth,
-]
 
 
 @pytest.fixture(scope="module")
@@ -46,37 +28,10 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     )
 
 
-def _bounded(case: Any) -> None:
-    if isinstance(case.body, dict):
-        for name, cap in _LIMITS.items():
-            value = case.body.get(name)
-            if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= cap:
-                case.body[name] = cap
-        if isinstance(case.body.get("n"), int):
-            case.body["n"] = min(case.body["n"], 2)
-
-
 def test_every_operation_answers_as_documented(keyed: ServerProcess) -> None:
     """A bounded schemathesis run over every operation, with the key and (ignored_auth)
     without it."""
-    api = schemathesis.openapi.from_url(keyed.root + "/openapi.json", headers=AUTH)
-    operations = [result.ok() for result in api.get_all_operations()]
-    assert len(operations) >= 20
-    for operation in operations:
-
-        @given(case=operation.as_strategy())
-        @settings(
-            max_examples=EXAMPLES,
-            deadline=None,
-            phases=[Phase.explicit, Phase.generate],
-            suppress_health_check=list(HealthCheck),
-            database=None,
-        )
-        def answers_as_documented(case: Any) -> None:
-            _bounded(case)
-            case.call_and_validate(headers=AUTH, checks=CHECKS, timeout=120)
-
-        answers_as_documented()
+    assert check_operations(keyed.root, AUTH, EXAMPLES) >= 20
     with keyed.http(headers=AUTH) as http:
         assert http.get("/health").status_code == 200
         assert http.post("/tokenize", json={"content": "still answering"}).status_code == 200
@@ -94,6 +49,15 @@ def test_the_document_is_behind_the_key(keyed: ServerProcess) -> None:
     assert "text/event-stream" in chat["responses"]["200"]["content"]
     responses = document["components"]["schemas"]["ResponsesRequest"]["properties"]
     assert not {"max_tokens", "n", "background"} & set(responses)
+    edit = document["paths"]["/v1/images/edits"]["post"]
+    assert list(edit["requestBody"]["content"]) == ["multipart/form-data"]
+    assert {"image", "mask", "prompt"} <= set(
+        document["components"]["schemas"]["ImageEditRequest"]["properties"]
+    )
+    assert (
+        "image/png"
+        in document["paths"]["/v1/images/files/{file_id}"]["get"]["responses"]["200"]["content"]
+    )
     assert document["paths"]["/metrics"]["get"]["responses"]["200"]["content"] == {
         "text/plain": {"schema": {"type": "string", "description": "Prometheus text"}}
     }

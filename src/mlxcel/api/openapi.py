@@ -23,6 +23,7 @@ import mlxcel.protocol
 from mlxcel.api.auth import require_api_key
 from mlxcel.api.routes.embeddings import RERANK_PATHS
 from mlxcel.config import ServerConfig
+from mlxcel.protocol.images import ImageEditRequest
 from mlxcel.protocol.policy import Refused
 
 _ANY: dict[str, Any] = {}
@@ -148,7 +149,35 @@ _OTHER_CONTENT: dict[tuple[str, str], dict[str, Any]] = {
         "application/x-subrip": _TEXT,
         "text/vtt": _TEXT,
     },
-    ("post", "/v1/audio/speech"): {"audio/*": _BINARY},
+}
+# Routes that never answer JSON: their 200's media types, and whether they also stream events.
+_NOT_JSON: dict[tuple[str, str], tuple[dict[str, Any], bool]] = {
+    # Speech answers audio, or events with stream_format "sse".
+    ("post", "/v1/audio/speech"): ({"audio/*": _BINARY}, True),
+    ("get", "/v1/images/files/{file_id}"): (
+        {"image/png": _BINARY, "image/jpeg": _BINARY, "image/webp": _BINARY},
+        False,
+    ),
+}
+_IMAGE_ITEM = _object({}, b64_json=_STRING, url=_STRING, revised_prompt=_STRING)
+IMAGES = _object(
+    {
+        "created": _INT,
+        "data": {"type": "array", "items": _IMAGE_ITEM},
+    },
+    background=_STRING,
+    output_format=_STRING,
+    quality=_STRING,
+    size=_STRING,
+    usage=_object({"input_tokens": _INT, "output_tokens": _INT, "total_tokens": _INT}),
+)
+# An edit's multipart body: the options of ImageEditRequest, its images and its mask as files.
+_EDIT_FILES = {
+    "image": {
+        "anyOf": [_BINARY["schema"], {"type": "array", "items": _BINARY["schema"]}],
+        "description": "the image to edit (also accepted as image[])",
+    },
+    "mask": {**_BINARY["schema"], "description": "PNG whose transparent pixels are repainted"},
 }
 
 # (method, path) -> the 200 body, and whether the route also streams server-sent events.
@@ -190,9 +219,9 @@ _BODIES: dict[tuple[str, str], tuple[dict[str, Any], bool]] = {
         _object({"object": {"const": "list"}, "data": {"type": "array"}}),
         False,
     ),
+    ("post", "/v1/images/generations"): (IMAGES, True),
+    ("post", "/v1/images/edits"): (IMAGES, True),
 }
-# Speech answers audio, or events with stream_format "sse"; never JSON.
-_SPEECH = ("post", "/v1/audio/speech")
 _PUBLIC = frozenset({"/health", "/v1/health"})
 _REASONS = {
     400: "Invalid request: body, field, JSON, Unicode, Host header, or a limit passed",
@@ -224,14 +253,16 @@ def _responses(method: str, path: str, secured: bool, current: dict[str, Any]) -
     ok = dict(current.get("200", {"description": "OK"}))
     if path == "/metrics":
         ok["content"] = {"text/plain": {"schema": {**_STRING, "description": "Prometheus text"}}}
-    elif (method, path) == _SPEECH:
-        ok["content"] = {**_OTHER_CONTENT[_SPEECH], "text/event-stream": {"schema": SSE_EVENT}}
-    elif (method, path) in _BODIES:
-        body, streams = _BODIES[(method, path)]
-        ok["content"] = {
-            "application/json": {"schema": body},
-            **_OTHER_CONTENT.get((method, path), {}),
-        }
+    elif (method, path) in _NOT_JSON or (method, path) in _BODIES:
+        if (method, path) in _NOT_JSON:
+            content, streams = _NOT_JSON[(method, path)]
+        else:
+            body, streams = _BODIES[(method, path)]
+            content = {
+                "application/json": {"schema": body},
+                **_OTHER_CONTENT.get((method, path), {}),
+            }
+        ok["content"] = dict(content)
         if streams:
             ok["content"]["text/event-stream"] = {"schema": SSE_EVENT}
     responses["200"] = ok
@@ -274,12 +305,24 @@ def _drop_refused(schemas: dict[str, Any]) -> None:
                 schema["required"] = [r for r in schema["required"] if r not in fields]
 
 
+def _edit_form(document: dict[str, Any], schemas: dict[str, Any]) -> None:
+    """The image edit route reads its multipart form itself: document what it takes."""
+    edit = ImageEditRequest.model_json_schema()
+    edit["properties"] = {**_EDIT_FILES, **edit["properties"]}
+    edit["required"] = ["image", *edit.get("required", [])]
+    schemas[ImageEditRequest.__name__] = edit
+    form = {"schema": {"$ref": f"#/components/schemas/{ImageEditRequest.__name__}"}}
+    operation = document["paths"]["/v1/images/edits"]["post"]
+    operation["requestBody"] = {"required": True, "content": {"multipart/form-data": form}}
+
+
 def openapi_document(app: FastAPI, secured: bool) -> dict[str, Any]:
     """The document, built from the app's routes."""
     document = get_openapi(title=app.title, version=app.version, routes=app.routes)
     schemas: dict[str, Any] = document.setdefault("components", {}).setdefault("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)
+    _edit_form(document, schemas)
     _drop_refused(schemas)
     schemas["Error"] = ERROR
     schemas["AnthropicError"] = ANTHROPIC_ERROR
