@@ -30,6 +30,7 @@ ROUTES: list[tuple[str, Any]] = [
         "/v1/messages",
         lambda t: {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": t}]},
     ),
+    ("/v1/images/generations", lambda t: {"prompt": t}),
 ]
 # A lone surrogate as JSON writes it escaped (its raw bytes are invalid UTF-8).
 ESCAPED = "\\ud800"

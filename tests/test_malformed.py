@@ -13,7 +13,16 @@ from tests.server_process import ServerProcess
 CHAT = "/v1/chat/completions"
 GOOD = b'{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}'
 MESSAGES = b'"messages": [{"role": "user", "content": "Hi"}]'
-ROUTES = (CHAT, "/v1/completions", "/v1/responses", "/completion", "/tokenize", "/v1/messages")
+ROUTES = (
+    CHAT,
+    "/v1/completions",
+    "/v1/responses",
+    "/completion",
+    "/tokenize",
+    "/v1/messages",
+    "/v1/images/generations",
+    "/v1/images/edits",
+)
 JSON = "application/json"
 # (what it is, body, content type)
 CORPUS: list[tuple[str, bytes, str]] = [
