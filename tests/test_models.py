@@ -258,12 +258,14 @@ models:
         assert reply.model == "smol"
         assert reply.usage is not None and reply.usage.completion_tokens <= 3
         with proc.http() as http:
-            params = http.get("/props").json()["default_generation_settings"]["params"]
-        assert params["temperature"] == 0.25
+            props = http.get("/props").json()
+        assert props["default_generation_settings"]["params"]["temperature"] == 0.25
+        # kv_bits 8 is llama.cpp's q8_0 cache, for K and V.
+        assert (props["kv_cache"]["type_k"], props["kv_cache"]["type_v"]) == ("q8_0", "q8_0")
         log = proc.log()
+        assert "kv_bits: accepted" not in log
         for key, line in (
             ("enable_auto_tool_choice", 12),
-            ("kv_bits", 17),
             ("prompt_cache_size", 18),
         ):
             assert f"{config}:{line}: models[0].{key}: accepted, not acted on yet" in log

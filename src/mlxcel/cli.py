@@ -114,6 +114,8 @@ def _model_flags(args: argparse.Namespace) -> ModelConfig:
         mmproj=args.mmproj,
         embedding_batch_tokens=args.embedding_batch_tokens,
         embedding_engine=args.embedding_engine,
+        cache_type_k=args.cache_type_k,
+        cache_type_v=args.cache_type_v,
     )
 
 

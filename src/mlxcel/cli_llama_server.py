@@ -6,7 +6,7 @@ import argparse
 import json
 
 from mlxcel.chat_templates import BUILTIN_TEMPLATES
-from mlxcel.config import parse_origins
+from mlxcel.config import DEFAULT_KV_CACHE_TYPE, KV_CACHE_TYPES, kv_cache_problem, parse_origins
 
 # llama.cpp's spellings of on, off and auto (common/arg.cpp).
 _SWITCH = {
@@ -111,6 +111,18 @@ def llama_server_arguments(parser: argparse.ArgumentParser) -> None:
         help="llama.cpp: memory-map the weights; --no-mmap reads them in (default: mmap)",
     )
     add("--mlock", action="store_true", help="llama.cpp: keep the weights in RAM (no swapping)")
+    for short, part in (("-ctk", "k"), ("-ctv", "v")):
+        add(
+            short,
+            f"--cache-type-{part}",
+            choices=KV_CACHE_TYPES,
+            default=DEFAULT_KV_CACHE_TYPE,
+            metavar="TYPE",
+            help=f"llama.cpp: KV cache data type for {part.upper()}, one of "
+            f"{', '.join(KV_CACHE_TYPES)}; q8_0 halves the cache, q4_0 quarters it"
+            + (" (a quantized V needs flash attention)" if part == "v" else "")
+            + " (default: %(default)s)",
+        )
 
 
 def check_llama_server_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -141,3 +153,6 @@ def check_llama_server_arguments(parser: argparse.ArgumentParser, args: argparse
             parse_origins(args.cors_origins)
         except ValueError as exc:
             parser.error(str(exc))
+    problem = kv_cache_problem(args.cache_type_v, args.flash_attn)
+    if problem is not None:
+        parser.error(problem)

@@ -157,6 +157,10 @@ def _file_model(
     if template is not None and not template.is_file():
         line = file.where(section.lines["chat_template_file"])
         fail(parser, f"{line}: {what}.chat_template_file {template}: no such file")
+    problem = config.kv_cache_problem()
+    if problem is not None:
+        line = file.where(section.lines.get("cache_type_v", section.line))
+        fail(parser, f"{line}: {what}: {problem}")
     return config
 
 

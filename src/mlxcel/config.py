@@ -39,6 +39,9 @@ DEFAULT_IMAGE_URL_MAX_MIB = 256
 DEFAULT_LOG_LEVEL = "info"
 DEFAULT_BACKEND = "auto"
 BACKENDS = ("auto", "llamacpp", "mlx")
+# llama.cpp's KV cache data types (-ctk/-ctv), by ggml's names; f16 is its default.
+KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+DEFAULT_KV_CACHE_TYPE = "f16"
 API_KEY_ENV = "MLXCEL_API_KEY"
 # Side models' request limits and their shared-batch size (tokens per forward pass).
 DEFAULT_EMBEDDING_MAX_INPUTS = 2048
@@ -94,6 +97,17 @@ def parse_origins(value: str) -> tuple[str, ...]:
                 f"--cors-origins: '{origin}' is not an origin (scheme://host[:port], or '*')"
             )
     return origins
+
+
+def kv_cache_problem(cache_type_v: str, flash_attn: str) -> str | None:
+    """Why llama.cpp would refuse a V cache type with this flash attention setting, or None:
+    a quantized V cache needs flash attention."""
+    if cache_type_v not in ("f32", "f16", "bf16") and flash_attn == "off":
+        return (
+            f"--cache-type-v {cache_type_v} needs flash attention: "
+            "use --flash-attn on or auto, or an f16 V cache"
+        )
+    return None
 
 
 def default_threads() -> int:
@@ -152,6 +166,10 @@ class ModelConfig:
     """The engine of an embedding or rerank model folder (ENCODER_ENGINES)."""
     mmproj: Path | None = None
     """A vision projector GGUF for a GGUF model (--mmproj): the model then reads images."""
+    cache_type_k: str = DEFAULT_KV_CACHE_TYPE
+    """llama.cpp's KV cache data type for K (KV_CACHE_TYPES)."""
+    cache_type_v: str = DEFAULT_KV_CACHE_TYPE
+    """And for V; a quantized V needs flash attention (on or auto)."""
     on_demand: bool = False
     """Load on the first request, not at startup."""
     idle_timeout: float = 0.0
@@ -183,8 +201,14 @@ class ModelConfig:
             "--flash-attn": self.flash_attn != "auto",
             "--no-mmap": not self.mmap,
             "--mlock": self.mlock,
+            "--cache-type-k": self.cache_type_k != DEFAULT_KV_CACHE_TYPE,
+            "--cache-type-v": self.cache_type_v != DEFAULT_KV_CACHE_TYPE,
         }
         return [flag for flag, given in flags.items() if given]
+
+    def kv_cache_problem(self) -> str | None:
+        """Why llama.cpp would refuse these KV cache settings, or None."""
+        return kv_cache_problem(self.cache_type_v, self.flash_attn)
 
     def template_defaults(self) -> dict[str, Any]:
         """What chat templates get unless a request sets it: --chat-template-kwargs, and

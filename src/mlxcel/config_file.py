@@ -15,7 +15,15 @@ from typing import Any
 import yaml
 
 from mlxcel import config_values as to
-from mlxcel.config import BACKENDS, ENCODER_ENGINES, KIND_NAMES, KINDS, SERVABLE_KINDS, Kind
+from mlxcel.config import (
+    BACKENDS,
+    ENCODER_ENGINES,
+    KIND_NAMES,
+    KINDS,
+    KV_CACHE_TYPES,
+    SERVABLE_KINDS,
+    Kind,
+)
 from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
 from mlxcel.parsers.tools import PARSERS as TOOL_PARSERS
 
@@ -85,6 +93,10 @@ def _kind(value: Any) -> Kind:
     raise ValueError(f"expected one of {options}, got {text!r}")
 
 
+# A key that sets both cache types at once.
+BOTH_CACHE_TYPES = "cache_types"
+
+
 # key -> (ModelConfig field, converter). Aliases are mlx-openai-server's names.
 MODEL_KEYS: dict[str, tuple[str, to.Convert]] = {
     "model": ("model", to.text),
@@ -141,6 +153,9 @@ MODEL_KEYS: dict[str, tuple[str, to.Convert]] = {
     "flash_attn": ("flash_attn", to.switch),
     "mmap": ("mmap", to.boolean),
     "mlock": ("mlock", to.boolean),
+    "cache_type_k": ("cache_type_k", to.choice(KV_CACHE_TYPES)),
+    "cache_type_v": ("cache_type_v", to.choice(KV_CACHE_TYPES)),
+    "kv_bits": (BOTH_CACHE_TYPES, to.kv_bits),
     "on_demand": ("on_demand", to.boolean),
     "idle_timeout": ("idle_timeout", to.duration),
     "on_demand_idle_timeout": ("idle_timeout", to.duration),
@@ -153,7 +168,6 @@ MODEL_KEYS_IGNORED = frozenset(
         "enable_auto_tool_choice",
         "config_name",
         "quantize",
-        "kv_bits",
         "kv_group_size",
         "quantized_kv_start",
         "draft_model_path",
@@ -243,6 +257,19 @@ def _section(
     return values, lines
 
 
+def _spread_cache_types(
+    values: dict[str, Any], lines: dict[str, int], where: str, what: str
+) -> None:
+    """kv_bits sets the K and the V cache type; with cache_type_k or _v as well it is an error."""
+    if BOTH_CACHE_TYPES not in values:
+        return
+    cache_type, line = values.pop(BOTH_CACHE_TYPES), lines.pop(BOTH_CACHE_TYPES)
+    for target in ("cache_type_k", "cache_type_v"):
+        if target in values:
+            raise ConfigError(f"{where}:{line}: {what}.kv_bits sets what {target} already set")
+        values[target], lines[target] = cache_type, line
+
+
 def read_config(path: Path) -> FileConfig:
     """Parse and check a config file (its model paths are resolved by the caller)."""
     where = str(path)
@@ -285,6 +312,7 @@ def read_config(path: Path) -> FileConfig:
         values, lines = _section(
             node, where, what, MODEL_KEYS, MODEL_KEYS_IGNORED, MODEL_PREFIXES_IGNORED, ignored
         )
+        _spread_cache_types(values, lines, where, what)
         section = ModelSection(node.start_mark.line + 1, values, lines)
         if "model" not in values:
             raise ConfigError(f"{where}:{section.line}: {what} has no model_path (or model)")

@@ -117,5 +117,18 @@ def switch(value: Any) -> str:
     return choice(SWITCH)(value)
 
 
+# mlx-openai-server's kv_bits (MLX's quantized KV cache) as the llama.cpp cache type of as
+# many bits; MLX's other widths (2, 3, 6) have no llama.cpp type.
+KV_BITS = {4: "q4_0", 5: "q5_0", 8: "q8_0"}
+
+
+def kv_bits(value: Any) -> str:
+    bits = integer(value)
+    if bits not in KV_BITS:
+        widths = ", ".join(str(b) for b in KV_BITS)
+        raise ValueError(f"llama.cpp has KV cache types of {widths} bits, not {bits}")
+    return KV_BITS[bits]
+
+
 def log_level(value: Any) -> str:
     return choice(LOG_LEVELS)(text(value).lower())

@@ -299,6 +299,27 @@ class TokenEvent:
     progress: PromptProgress | None = None
 
 
+@dataclass(frozen=True)
+class KvCacheInfo:
+    """A model's KV cache: its K and V data types, tokens it holds, and bytes of each."""
+
+    type_k: str
+    type_v: str
+    cells: int
+    k_bytes: int
+    v_bytes: int
+
+
+@runtime_checkable
+class ReportsKvCache(Protocol):
+    """A generator that may know its KV cache's types and size (/props shows them)."""
+
+    @property
+    def kv_cache(self) -> KvCacheInfo | None:
+        """The KV cache as allocated when the model loaded (None: the engine does not say)."""
+        ...
+
+
 @runtime_checkable
 class SavesState(Protocol):
     """A generator that can copy a slot's KV state out to host memory and back."""

@@ -100,6 +100,8 @@ def _open_llamacpp(config: ModelConfig) -> TextGenerator:
         mmap=config.mmap,
         mlock=config.mlock,
         mmproj=config.mmproj,
+        cache_type_k=config.cache_type_k,
+        cache_type_v=config.cache_type_v,
     )
     logger.info("loading %s with llama.cpp (%d threads)", config.model, config.threads)
     with progress(f"loading {config.model.name}"):

@@ -15,7 +15,13 @@ from mlxcel.config import ModelConfig
 from mlxcel.engine.handle import ends
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.slots import SlotState
-from mlxcel.engine.types import FillsInTheMiddle, MediaSpan, SeesImages, TokenEvent
+from mlxcel.engine.types import (
+    FillsInTheMiddle,
+    MediaSpan,
+    ReportsKvCache,
+    SeesImages,
+    TokenEvent,
+)
 from mlxcel.media.images import Image
 from mlxcel.models.loader import TextEngine, backend_label, load_text_engine
 from mlxcel.models.textgen import TextFacts, TextSequence
@@ -44,6 +50,7 @@ class TextService:
         marker = None
         if "image" in generator.input_modalities and isinstance(generator, SeesImages):
             marker = generator.media_marker
+        kv_cache = generator.kv_cache if isinstance(generator, ReportsKvCache) else None
         return TextFacts(
             backend_label(self._config),
             generator.n_ctx_seq,
@@ -60,6 +67,7 @@ class TextService:
             engine.defaults,
             engine.chat_template,
             engine.tool_call_parser,
+            kv_cache,
         )
 
     def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:

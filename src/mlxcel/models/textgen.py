@@ -19,6 +19,7 @@ from mlxcel.engine.types import (
     ChatTemplate,
     EngineError,
     FimTokens,
+    KvCacheInfo,
     MediaSpan,
     SamplingParams,
     TokenEvent,
@@ -53,6 +54,8 @@ class TextFacts:
     defaults: SamplingDefaults
     chat_template: ChatTemplate
     tool_call_parser: str
+    kv_cache: KvCacheInfo | None
+    """The KV cache's types and bytes, where the engine knows them (/props)."""
 
 
 class RemoteTextModel:
@@ -97,6 +100,10 @@ class RemoteTextModel:
     @property
     def input_modalities(self) -> tuple[str, ...]:
         return self._facts.input_modalities
+
+    @property
+    def kv_cache(self) -> KvCacheInfo | None:
+        return self._facts.kv_cache
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         tokens: list[int] = self._worker.call("tokenize", text, add_special, parse_special)

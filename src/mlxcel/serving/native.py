@@ -8,7 +8,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import mlxcel
-from mlxcel.engine.types import SamplingParams, TokenEvent, TokenLogprob
+from mlxcel.engine.types import (
+    ReportsKvCache,
+    SamplingParams,
+    TextModel,
+    TokenEvent,
+    TokenLogprob,
+)
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.protocol.common import SamplingFields
@@ -129,6 +135,26 @@ def props(model: LoadedModel, n_predict: int) -> dict[str, Any]:
         "chat_template": template.source if template else CHATML,
         "build_info": f"mlxcel {mlxcel.__version__}",
         "is_sleeping": False,
+        **_kv_cache(generator),
+    }
+
+
+def _kv_cache(generator: TextModel) -> dict[str, Any]:
+    """`kv_cache` for /props where the engine knows its KV cache: types, tokens and bytes."""
+    info = generator.kv_cache if isinstance(generator, ReportsKvCache) else None
+    if info is None:
+        return {}
+    total = info.k_bytes + info.v_bytes
+    return {
+        "kv_cache": {
+            "type_k": info.type_k,
+            "type_v": info.type_v,
+            "n_cells": info.cells,
+            "k_bytes": info.k_bytes,
+            "v_bytes": info.v_bytes,
+            "bytes": total,
+            "mib": round(total / 2**20, 2),
+        }
     }
 
 

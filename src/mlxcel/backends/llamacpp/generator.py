@@ -16,12 +16,14 @@ from llguidance.llamacpp import lltokenizer_from_vocab
 
 from mlxcel.backends.guidance import Constraint, constraint
 from mlxcel.backends.llamacpp import native
+from mlxcel.backends.llamacpp.kv_cache import ggml_type, kv_cache_info
 from mlxcel.backends.llamacpp.sampling import build_chain, sample_with_logprobs
 from mlxcel.backends.llamacpp.vision import Projector
 from mlxcel.engine.types import (
     ChatTemplate,
     Feed,
     FimTokens,
+    KvCacheInfo,
     MediaSpan,
     Sample,
     SamplingParams,
@@ -72,6 +74,10 @@ class LlamaCppOptions:
     mlock: bool = False
     mmproj: Path | None = None
     """A vision projector GGUF (--mmproj): the model then reads images."""
+    cache_type_k: str = "f16"
+    """KV cache data type of K (kv_cache.KV_TYPES); f16 is llama.cpp's default."""
+    cache_type_v: str = "f16"
+    """Of V; a quantized V needs flash attention."""
 
 
 # How --mmap/--no-mmap and --mlock load the weights; mmap alone is llama.cpp's own choice.
@@ -109,6 +115,8 @@ class LlamaCppGenerator:
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self._ctx = self._new_context(options)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
+        cells = int(llama_cpp.llama_n_ctx(self._ctx))
+        self._kv_cache = kv_cache_info(model, cells, options.cache_type_k, options.cache_type_v)
         self._n_slots = options.parallel
         self._max_feed = llama_cpp.llama_n_batch(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self._max_feed, 0, 1)
@@ -137,10 +145,15 @@ class LlamaCppGenerator:
         params.n_threads_batch = options.threads
         params.no_perf = True
         params.flash_attn_type = _FLASH_ATTN[options.flash_attn]
+        params.type_k = ggml_type(options.cache_type_k)
+        params.type_v = ggml_type(options.cache_type_v)
         ctx = llama_cpp.llama_init_from_model(self._model, params)
         if ctx is None:
             llama_cpp.llama_model_free(self._model)
-            raise ValueError("llama.cpp could not create a context (context size too large?)")
+            raise ValueError(
+                "llama.cpp could not create a context (context size too large, or a KV cache "
+                "type this model or build does not support?)"
+            )
         return ctx
 
     def _read_generation_config(self) -> dict[str, float]:
@@ -204,6 +217,10 @@ class LlamaCppGenerator:
     @property
     def generation_config(self) -> Mapping[str, float]:
         return self._generation_config
+
+    @property
+    def kv_cache(self) -> KvCacheInfo:
+        return self._kv_cache
 
     @property
     def fim_tokens(self) -> FimTokens:
