@@ -116,6 +116,10 @@ def _model_flags(args: argparse.Namespace) -> ModelConfig:
         embedding_engine=args.embedding_engine,
         cache_type_k=args.cache_type_k,
         cache_type_v=args.cache_type_v,
+        spec_type=args.spec_type,
+        spec_ngram_size_n=args.spec_ngram_simple_size_n,
+        draft_max=args.draft_max,
+        draft_min=args.draft_min,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from mlxcel import config as defaults
 from mlxcel.chat_templates import BUILTIN_TEMPLATES
 from mlxcel.config import DEFAULT_KV_CACHE_TYPE, KV_CACHE_TYPES, kv_cache_problem, parse_origins
 
@@ -123,6 +124,50 @@ def llama_server_arguments(parser: argparse.ArgumentParser) -> None:
             + (" (a quantized V needs flash attention)" if part == "v" else "")
             + " (default: %(default)s)",
         )
+    speculative_arguments(parser)
+
+
+def speculative_arguments(parser: argparse.ArgumentParser) -> None:
+    """Speculative decoding flags, by llama-server's names (and its older ones)."""
+    add = parser.add_argument
+    add(
+        "--spec-type",
+        choices=defaults.SPEC_TYPES,
+        default="none",
+        help="llama.cpp: speculative decoding; ngram-simple drafts the tokens that followed the "
+        "last n-gram where it occurred before in the prompt or output (prompt lookup), all "
+        "verified in one batched pass (default: %(default)s)",
+    )
+    add(
+        "--spec-ngram-simple-size-n",
+        type=int,
+        default=defaults.DEFAULT_SPEC_NGRAM_SIZE_N,
+        metavar="N",
+        help="tokens of the n-gram looked up (default: %(default)s)",
+    )
+    add(
+        "--spec-draft-n-max",
+        "--draft-max",
+        "--draft",
+        "--draft-n",
+        "--spec-ngram-simple-size-m",
+        dest="draft_max",
+        type=int,
+        default=defaults.DEFAULT_DRAFT_MAX,
+        metavar="N",
+        help="most tokens drafted per step; the length adapts below it to what is accepted "
+        "(default: %(default)s)",
+    )
+    add(
+        "--spec-draft-n-min",
+        "--draft-min",
+        "--draft-n-min",
+        dest="draft_min",
+        type=int,
+        default=defaults.DEFAULT_DRAFT_MIN,
+        metavar="N",
+        help="a shorter draft is not verified (default: %(default)s)",
+    )
 
 
 def check_llama_server_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -153,6 +198,8 @@ def check_llama_server_arguments(parser: argparse.ArgumentParser, args: argparse
             parse_origins(args.cors_origins)
         except ValueError as exc:
             parser.error(str(exc))
-    problem = kv_cache_problem(args.cache_type_v, args.flash_attn)
+    problem = kv_cache_problem(args.cache_type_v, args.flash_attn) or defaults.speculation_problem(
+        args.spec_ngram_simple_size_n, args.draft_max, args.draft_min
+    )
     if problem is not None:
         parser.error(problem)

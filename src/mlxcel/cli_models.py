@@ -15,6 +15,7 @@ from mlxcel.config import (
     Kind,
     ModelConfig,
     default_threads,
+    speculation_problem,
 )
 from mlxcel.config_file import FileConfig, ModelSection, unservable
 from mlxcel.models.audio import AUDIO_KINDS, side_model, unknown_audio_source
@@ -157,7 +158,9 @@ def _file_model(
     if template is not None and not template.is_file():
         line = file.where(section.lines["chat_template_file"])
         fail(parser, f"{line}: {what}.chat_template_file {template}: no such file")
-    problem = config.kv_cache_problem()
+    problem = config.kv_cache_problem() or speculation_problem(
+        config.spec_ngram_size_n, config.draft_max, config.draft_min
+    )
     if problem is not None:
         line = file.where(section.lines.get("cache_type_v", section.line))
         fail(parser, f"{line}: {what}: {problem}")

@@ -42,6 +42,11 @@ BACKENDS = ("auto", "llamacpp", "mlx")
 # llama.cpp's KV cache data types (-ctk/-ctv), by ggml's names; f16 is its default.
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 DEFAULT_KV_CACHE_TYPE = "f16"
+# Speculative decoding (llama-server's --spec-type names): off, or prompt lookup.
+SPEC_TYPES = ("none", "ngram-simple")
+DEFAULT_SPEC_NGRAM_SIZE_N = 12
+DEFAULT_DRAFT_MAX = 48
+DEFAULT_DRAFT_MIN = 0
 API_KEY_ENV = "MLXCEL_API_KEY"
 # Side models' request limits and their shared-batch size (tokens per forward pass).
 DEFAULT_EMBEDDING_MAX_INPUTS = 2048
@@ -110,6 +115,17 @@ def kv_cache_problem(cache_type_v: str, flash_attn: str) -> str | None:
     return None
 
 
+def speculation_problem(size_n: int, draft_max: int, draft_min: int) -> str | None:
+    """What is wrong with speculative decoding settings, or None."""
+    if not 1 <= size_n <= 1024:
+        return f"--spec-ngram-simple-size-n must be between 1 and 1024, got {size_n}"
+    if draft_max < 1:
+        return f"--draft-max must be at least 1, got {draft_max}"
+    if not 0 <= draft_min <= draft_max:
+        return f"--draft-min must be between 0 and --draft-max ({draft_max}), got {draft_min}"
+    return None
+
+
 def default_threads() -> int:
     """Threads for llama.cpp: every core this process may run on."""
     try:
@@ -170,6 +186,14 @@ class ModelConfig:
     """llama.cpp's KV cache data type for K (KV_CACHE_TYPES)."""
     cache_type_v: str = DEFAULT_KV_CACHE_TYPE
     """And for V; a quantized V needs flash attention (on or auto)."""
+    spec_type: str = "none"
+    """Speculative decoding: `ngram-simple` drafts by prompt lookup (SPEC_TYPES)."""
+    spec_ngram_size_n: int = DEFAULT_SPEC_NGRAM_SIZE_N
+    """Tokens of the n-gram looked up earlier in the sequence."""
+    draft_max: int = DEFAULT_DRAFT_MAX
+    """Most tokens drafted per step."""
+    draft_min: int = DEFAULT_DRAFT_MIN
+    """A shorter draft is not verified."""
     on_demand: bool = False
     """Load on the first request, not at startup."""
     idle_timeout: float = 0.0
@@ -203,6 +227,7 @@ class ModelConfig:
             "--mlock": self.mlock,
             "--cache-type-k": self.cache_type_k != DEFAULT_KV_CACHE_TYPE,
             "--cache-type-v": self.cache_type_v != DEFAULT_KV_CACHE_TYPE,
+            "--spec-type": self.spec_type != "none",
         }
         return [flag for flag, given in flags.items() if given]
 

@@ -22,6 +22,7 @@ from mlxcel.config import (
     KINDS,
     KV_CACHE_TYPES,
     SERVABLE_KINDS,
+    SPEC_TYPES,
     Kind,
 )
 from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
@@ -156,6 +157,10 @@ MODEL_KEYS: dict[str, tuple[str, to.Convert]] = {
     "cache_type_k": ("cache_type_k", to.choice(KV_CACHE_TYPES)),
     "cache_type_v": ("cache_type_v", to.choice(KV_CACHE_TYPES)),
     "kv_bits": (BOTH_CACHE_TYPES, to.kv_bits),
+    "spec_type": ("spec_type", to.choice(SPEC_TYPES)),
+    "spec_ngram_size_n": ("spec_ngram_size_n", to.at_least(1, 1024)),
+    "draft_max": ("draft_max", to.at_least(1)),
+    "draft_min": ("draft_min", to.at_least(0)),
     "on_demand": ("on_demand", to.boolean),
     "idle_timeout": ("idle_timeout", to.duration),
     "on_demand_idle_timeout": ("idle_timeout", to.duration),

@@ -48,6 +48,24 @@ class EngineMetrics:
                 "mlxcel_time_to_first_token_seconds", "Time from arrival to the first token"
             ),
             "itl": histogram("mlxcel_inter_token_latency_seconds", "Time between tokens"),
+            "drafted": family(
+                Counter,
+                "mlxcel_spec_decode_draft_tokens",
+                "Speculative decoding: tokens drafted for verification",
+            ),
+            "accepted": family(
+                Counter,
+                "mlxcel_spec_decode_accepted_tokens",
+                "Speculative decoding: drafted tokens the model accepted",
+            ),
+            "drafts": family(
+                Counter, "mlxcel_spec_decode_drafts", "Speculative decoding: drafts verified"
+            ),
+            "acceptance": family(
+                Gauge,
+                "mlxcel_spec_decode_acceptance_ratio",
+                "Speculative decoding: accepted per drafted token, since the start",
+            ),
         }
 
     def bind(self, model: str) -> ModelMetrics:
@@ -74,6 +92,10 @@ class RecordsMetrics(Protocol):
         """A token was generated `seconds` after arrival (first) or after the previous one."""
         ...
 
+    def drafted(self, drafted: int, accepted: int) -> None:
+        """A draft of `drafted` tokens was verified and `accepted` of them kept."""
+        ...
+
     def load(self, running: int, waiting: int) -> None:
         """How many sequences run and how many requests wait."""
         ...
@@ -89,7 +111,7 @@ class RecordsMetrics(Protocol):
 
 # The methods of RecordsMetrics: what a model's worker process may ask the HTTP process to record.
 RECORDED = frozenset(
-    ("admitted", "cache_loaded", "cache_size", "token", "load", "rejected", "finished")
+    ("admitted", "cache_loaded", "cache_size", "token", "drafted", "load", "rejected", "finished")
 )
 
 
@@ -110,8 +132,12 @@ class ModelMetrics:
         )
         self._generated = f["generated"].labels(model)
         self._ttft, self._itl = f["ttft"].labels(model), f["itl"].labels(model)
+        self._drafted, self._accepted = f["drafted"].labels(model), f["accepted"].labels(model)
+        self._drafts, self._acceptance = f["drafts"].labels(model), f["acceptance"].labels(model)
         self._lookups = 0
         self._cache_hits = 0
+        self._draft_tokens = 0
+        self._accepted_tokens = 0
 
     def admitted(self, prompt_tokens: int, cached_tokens: int) -> None:
         """A request got a slot, reusing `cached_tokens` of its prompt."""
@@ -136,6 +162,15 @@ class ModelMetrics:
         """A token was generated `seconds` after arrival (first) or after the previous one."""
         (self._ttft if first else self._itl).observe(seconds)
         self._generated.inc()
+
+    def drafted(self, drafted: int, accepted: int) -> None:
+        """A draft of `drafted` tokens was verified and `accepted` of them kept."""
+        self._draft_tokens += drafted
+        self._accepted_tokens += accepted
+        self._drafted.inc(drafted)
+        self._accepted.inc(accepted)
+        self._drafts.inc()
+        self._acceptance.set(self._accepted_tokens / self._draft_tokens)
 
     def load(self, running: int, waiting: int) -> None:
         """How many sequences run and how many requests wait."""

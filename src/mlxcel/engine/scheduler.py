@@ -15,6 +15,7 @@ from mlxcel.engine.handle import EventSink
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.prompt_cache import PromptCache
 from mlxcel.engine.slots import SlotPool, SlotState
+from mlxcel.engine.speculative import NgramDrafter, SpeculativeConfig
 from mlxcel.engine.text import IncrementalText, StopMatcher
 from mlxcel.engine.types import (
     EngineError,
@@ -27,6 +28,7 @@ from mlxcel.engine.types import (
     TextGenerator,
     TokenEvent,
     TokenLogprob,
+    VerifiesDrafts,
 )
 
 logger = logging.getLogger(__name__)
@@ -67,6 +69,10 @@ class _Running:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     pending: list[int] = field(default_factory=list)
     """Tokens generated since the last event."""
+    drafter: NgramDrafter | None = None
+    """Its speculative drafts, when the model speculates."""
+    drafted: int = 0
+    accepted: int = 0
 
     def __post_init__(self) -> None:
         params = self.job.params
@@ -121,8 +127,11 @@ class Scheduler:
         name: str,
         metrics: RecordsMetrics,
         prompt_cache: PromptCache | None = None,
+        speculative: SpeculativeConfig | None = None,
     ) -> None:
         self._generator = generator
+        verifies = isinstance(generator, VerifiesDrafts) and generator.verifies_drafts
+        self._speculative = speculative if verifies else None
         # Saved slot states, when the generator can save them.
         saves = isinstance(generator, SavesState) and generator.can_save_state
         self._cache = prompt_cache if saves else None
@@ -242,7 +251,9 @@ class Scheduler:
                 job.handle.deliver(TokenEvent("", (), error=error))
                 continue
             self._on_admitted(job, slot, cached)
-            self._running.append(_Running(job, slot, fed=cached, cached=cached))
+            spec = self._speculative
+            drafter = None if spec is None else NgramDrafter(spec, job.prompt)
+            self._running.append(_Running(job, slot, fed=cached, cached=cached, drafter=drafter))
         self._update_gauges()
 
     def _swap_cached(self, slot: int, shared: int, prompt: list[int]) -> int:
@@ -300,8 +311,9 @@ class Scheduler:
             self._release(running, "cancelled")
 
     def _feeds(self) -> list[Feed]:
-        feeds = [Feed(r.slot, (r.last_token,), True) for r in self._running if not r.prefilling]
-        budget = max(1, self._generator.max_feed_tokens - len(feeds))
+        decoding = [r for r in self._running if not r.prefilling]
+        budget = max(1, self._generator.max_feed_tokens - len(decoding))
+        prompts = []
         for r in self._running:
             if r.prefilling and budget > 0:
                 end = media.chunk_end(r.job.media, r.fed, budget, len(r.job.prompt))
@@ -310,8 +322,24 @@ class Scheduler:
                 # With no token to generate (max_tokens 0) the prompt is only evaluated.
                 last = end == len(r.job.prompt)
                 sample = last and r.job.params.max_tokens > 0
-                feeds.append(Feed(r.slot, chunk, sample, media.rows_in(r.job.media, r.fed, end)))
-        return feeds
+                prompts.append(Feed(r.slot, chunk, sample, media.rows_in(r.job.media, r.fed, end)))
+        # Drafts take what the prompts leave of the batch, so they never delay a first token.
+        feeds = []
+        for r in decoding:
+            draft = self._draft(r, budget)
+            budget -= len(draft)
+            feeds.append(Feed(r.slot, (r.last_token,), True, draft=draft))
+        return feeds + prompts
+
+    def _draft(self, running: _Running, budget: int) -> tuple[int, ...]:
+        """Tokens to verify after the running sequence's last one: no more than the batch,
+        the request's max_tokens and the context leave room for."""
+        if running.drafter is None:
+            return ()
+        prompt = len(running.job.prompt)
+        room = min(running.job.params.max_tokens, self._generator.n_ctx_seq - prompt)
+        limit = min(budget, room - running.generated - 1)
+        return running.drafter.propose(limit) if limit > 0 else ()
 
     def _step(self) -> None:
         feeds = self._feeds()
@@ -325,12 +353,31 @@ class Scheduler:
         by_slot = {r.slot: r for r in self._running}
         for feed, sample in zip(feeds, samples, strict=True):
             running = by_slot[feed.slot]
-            self._pool.fed(feed.slot, feed.tokens)
+            accepted = 0 if sample is None else len(sample.then)
+            self._pool.fed(feed.slot, [*feed.tokens, *feed.draft[:accepted]])
             if running.prefilling:
                 running.fed += len(feed.tokens)
                 self._on_prompt_fed(running)
+            if feed.draft:
+                self._on_draft(running, len(feed.draft), accepted)
             if sample is not None:
-                self._on_token(running, sample, self._observe_latency(running))
+                self._on_samples(running, (sample, *sample.then))
+
+    def _on_draft(self, running: _Running, drafted: int, accepted: int) -> None:
+        running.drafted += drafted
+        running.accepted += accepted
+        if running.drafter is not None:
+            running.drafter.record(drafted, accepted)
+        self._metrics.drafted(drafted, accepted)
+
+    def _on_samples(self, running: _Running, samples: tuple[Sample, ...]) -> None:
+        """A step's tokens for one sequence, in order, until one of them ends it."""
+        for sample in samples:
+            if running.drafter is not None:
+                running.drafter.extend((sample.token,))
+            self._on_token(running, sample, self._observe_latency(running))
+            if running not in self._running:
+                return
 
     def _on_prompt_fed(self, running: _Running) -> None:
         params = running.job.params
@@ -377,6 +424,8 @@ class Scheduler:
             predicted_ms=predicted_ms,
             slot=running.slot,
             progress=progress,
+            draft_tokens=running.drafted,
+            draft_accepted=running.accepted,
         )
 
     def _on_token(self, running: _Running, sample: Sample, now: float) -> None:

@@ -100,6 +100,9 @@ class Sample:
     token: int
     logprob: float | None = None
     top: tuple[tuple[int, float], ...] = ()
+    then: tuple[Sample, ...] = ()
+    """With a draft: the tokens sampled at the draft's positions after this one, one per draft
+    token accepted (the last of them is the model's own, where the draft was rejected)."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,9 @@ class Feed:
     tokens: Sequence[int]
     sample: bool
     media: tuple[tuple[int, np.ndarray], ...] = ()
+    draft: Sequence[int] = ()
+    """Tokens proposed to follow `tokens`, verified in the same pass (a generator that
+    VerifiesDrafts); those not accepted leave the KV state."""
 
 
 @dataclass(frozen=True)
@@ -281,6 +287,7 @@ class TokenEvent:
     finish: "eos", "word" (a stop string, in `stop_word`), "token" (a stop token id) or "limit".
     `prompt_ms` is the time from admission to the first token, `predicted_ms` from there to
     this event; `slot` is where it runs. An event with `progress` reports prompt evaluation.
+    `draft_tokens` and `draft_accepted` count speculative drafts so far.
     """
 
     text: str
@@ -297,6 +304,10 @@ class TokenEvent:
     predicted_ms: float = 0.0
     slot: int = -1
     progress: PromptProgress | None = None
+    draft_tokens: int = 0
+    """Speculative decoding: tokens drafted for this request so far, and how many of them the
+    model accepted."""
+    draft_accepted: int = 0
 
 
 @dataclass(frozen=True)
@@ -317,6 +328,16 @@ class ReportsKvCache(Protocol):
     @property
     def kv_cache(self) -> KvCacheInfo | None:
         """The KV cache as allocated when the model loaded (None: the engine does not say)."""
+        ...
+
+
+@runtime_checkable
+class VerifiesDrafts(Protocol):
+    """A generator whose step can verify a feed's draft tokens (speculative decoding)."""
+
+    @property
+    def verifies_drafts(self) -> bool:
+        """Whether Feed.draft may be set."""
         ...
 
 

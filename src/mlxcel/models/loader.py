@@ -14,6 +14,7 @@ from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.prompt_cache import PromptCache
 from mlxcel.engine.sampling import SamplingDefaults, model_defaults
 from mlxcel.engine.scheduler import Scheduler, SchedulerLimits
+from mlxcel.engine.speculative import SpeculativeConfig
 from mlxcel.engine.types import ChatTemplate, TextGenerator
 from mlxcel.models.audio import (
     AUDIO_KINDS,
@@ -179,6 +180,7 @@ def load_text_engine(config: ModelConfig, metrics: RecordsMetrics) -> TextEngine
         name=name,
         metrics=metrics,
         prompt_cache=_prompt_cache(config),
+        speculative=_speculative(config),
     )
     scheduler.start()
     logger.info(
@@ -203,6 +205,21 @@ def load_text_engine(config: ModelConfig, metrics: RecordsMetrics) -> TextEngine
         reasoning = reasoning_parser_name("auto", "", source) or "none"
         logger.info("[%s] reasoning parser: %s (auto, from the chat template)", name, reasoning)
     return TextEngine(generator, scheduler, defaults, template, tool_parser)
+
+
+def _speculative(config: ModelConfig) -> SpeculativeConfig | None:
+    """Prompt-lookup drafting as --spec-type asks for it (the MLX engine does not verify drafts)."""
+    if config.spec_type == "none":
+        return None
+    logger.info(
+        "[%s] speculative decoding: %s, %d-token n-grams, drafts of %d to %d tokens",
+        config.served_name,
+        config.spec_type,
+        config.spec_ngram_size_n,
+        max(1, config.draft_min),
+        config.draft_max,
+    )
+    return SpeculativeConfig(config.spec_ngram_size_n, config.draft_max, config.draft_min)
 
 
 def _prompt_cache(config: ModelConfig) -> PromptCache | None:

@@ -105,6 +105,9 @@ class ForwardedMetrics:
     def token(self, first: bool, seconds: float) -> None:
         self._record("token", first, seconds)
 
+    def drafted(self, drafted: int, accepted: int) -> None:
+        self._record("drafted", drafted, accepted)
+
     def load(self, running: int, waiting: int) -> None:
         # The scheduler sets the gauges on every turn of its loop; only a change travels.
         if (running, waiting) != self._load:

@@ -91,6 +91,8 @@ class Outcome:
     predicted_ms: float = 0.0
     token_ids: list[int] = field(default_factory=list)
     slot: int = -1
+    draft_tokens: int = 0
+    draft_accepted: int = 0
 
 
 def prepare(
@@ -263,6 +265,8 @@ def finished(
         event.predicted_ms,
         list(token_ids),
         event.slot,
+        event.draft_tokens,
+        event.draft_accepted,
     )
 
 

@@ -28,12 +28,27 @@ class Counted(Protocol):
     @property
     def predicted_ms(self) -> float: ...
 
+    @property
+    def draft_tokens(self) -> int: ...
+
+    @property
+    def draft_accepted(self) -> int: ...
+
 
 def timings(
-    prompt_tokens: int, cached: int, predicted: int, prompt_ms: float, predicted_ms: float
+    prompt_tokens: int,
+    cached: int,
+    predicted: int,
+    prompt_ms: float,
+    predicted_ms: float,
+    drafts: tuple[int, int] = (0, 0),
 ) -> dict[str, Any]:
-    """The object: `prompt_n` counts the prompt tokens evaluated, `cache_n` those reused."""
+    """The object: `prompt_n` counts the prompt tokens evaluated, `cache_n` those reused; with
+    speculative decoding (`drafts`: tokens drafted, accepted) `draft_n` and
+    `draft_n_accepted`, as llama-server adds them."""
     prompt_n = prompt_tokens - cached
+    drafted, accepted = drafts
+    speculated = {"draft_n": drafted, "draft_n_accepted": accepted} if drafted else {}
     return {
         "cache_n": cached,
         "prompt_n": prompt_n,
@@ -44,6 +59,7 @@ def timings(
         "predicted_ms": predicted_ms,
         "predicted_per_token_ms": predicted_ms / predicted if predicted else 0.0,
         "predicted_per_second": 1e3 * predicted / predicted_ms if predicted_ms else 0.0,
+        **speculated,
     }
 
 
@@ -55,6 +71,7 @@ def timings_of(counted: Counted) -> dict[str, Any]:
         counted.completion_tokens,
         counted.prompt_ms,
         counted.predicted_ms,
+        (counted.draft_tokens, counted.draft_accepted),
     )
 
 
@@ -70,6 +87,7 @@ def answer_timings(generations: Sequence[Generation], finals: Sequence[Counted])
         sum(f.completion_tokens for f in finals),
         max(f.prompt_ms for f in finals),
         max(f.predicted_ms for f in finals),
+        (sum(f.draft_tokens for f in finals), sum(f.draft_accepted for f in finals)),
     )
 
 

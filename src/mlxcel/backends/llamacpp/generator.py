@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -314,6 +314,10 @@ class LlamaCppGenerator:
         if state is not None:
             llama_cpp.llama_sampler_free(state.chain)
 
+    @property
+    def verifies_drafts(self) -> bool:
+        return True
+
     def step(self, feeds: Sequence[Feed]) -> list[Sample | None]:
         # Token feeds share one llama_decode; a feed with images decodes on its own after them,
         # an embedding batch per image (a llama_batch holds tokens or embeddings, not both).
@@ -368,7 +372,7 @@ class LlamaCppGenerator:
     def _step_tokens(self, feeds: Sequence[Feed]) -> list[Sample | None]:
         outputs = self._decode_tokens(feeds)
         return [
-            None if index is None else self._sample(feed.slot, index)
+            None if index is None else self._verify(feed, index)
             for feed, index in zip(feeds, outputs, strict=True)
         ]
 
@@ -379,20 +383,39 @@ class LlamaCppGenerator:
         outputs: list[int | None] = []
         for feed in feeds:
             start = self._n_past[feed.slot]
-            for i, token in enumerate(feed.tokens):
+            last = len(feed.tokens) - 1
+            for i, token in enumerate((*feed.tokens, *feed.draft)):
                 batch.token[n] = token
                 batch.pos[n] = start + i
                 batch.n_seq_id[n] = 1
                 batch.seq_id[n][0] = feed.slot
-                batch.logits[n] = feed.sample and i == len(feed.tokens) - 1
+                batch.logits[n] = feed.sample and i >= last
                 n += 1
             self._n_past[feed.slot] = start + len(feed.tokens)
-            outputs.append(n - 1 if feed.sample else None)
+            outputs.append(n - 1 - len(feed.draft) if feed.sample else None)
         batch.n_tokens = n
         status = llama_cpp.llama_decode(self._ctx, batch)
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status}")
         return outputs
+
+    def _verify(self, feed: Feed, index: int) -> Sample:
+        """The sample after the feed's tokens and, while each equals the draft token there,
+        the samples after those (speculative.py says why this is exact); the rejected draft
+        tokens leave the KV state."""
+        samples = [self._sample(feed.slot, index)]
+        for offset, drafted in enumerate(feed.draft, start=1):
+            if samples[-1].token != drafted or self.is_end_of_generation(drafted):
+                break
+            samples.append(self._sample(feed.slot, index + offset))
+        accepted = len(samples) - 1
+        kept = self._n_past[feed.slot] + accepted
+        if accepted < len(feed.draft):
+            llama_cpp.llama_memory_seq_rm(self._memory, feed.slot, kept, -1)
+        self._n_past[feed.slot] = kept
+        if not feed.draft:
+            return samples[0]
+        return replace(samples[0], then=tuple(samples[1:]))
 
     def _sample(self, slot: int, index: int) -> Sample:
         state = self._slots[slot]
