@@ -25,7 +25,10 @@ def q8(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    yield from serving(tmp_path_factory, "mixed", "--ctx-size", CTX, "--cache-type-k", "q4_0")
+    # Also a prompt thread count of its own (-tb), as llama-server takes it.
+    yield from serving(
+        tmp_path_factory, "mixed", "--ctx-size", CTX, "--cache-type-k", "q4_0", "-tb", "1"
+    )
 
 
 def _kv_cache(server: ServerProcess) -> dict[str, int | str]:
@@ -67,6 +70,7 @@ def test_k_and_v_types_are_set_apart(server: ServerProcess, mixed: ServerProcess
 
 def test_bad_cache_types_are_refused_before_loading(tmp_path: Path) -> None:
     assert "invalid choice: 'q3_k'" in _refused(tmp_path, "-ctk", "q3_k")
+    assert _refused(tmp_path, "-tb", "0").endswith("--threads-batch must be at least 1")
     assert _refused(tmp_path, "-ctv", "q4_0", "-fa", "off").endswith(
         "--cache-type-v q4_0 needs flash attention: use --flash-attn on or auto, or an f16 V cache"
     )

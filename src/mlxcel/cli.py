@@ -66,6 +66,8 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         )
         if getattr(args, name) < minimum:
             parser.error(f"--{name.replace('_', '-')} must be at least {minimum}")
+    if args.threads_batch is not None and args.threads_batch < 1:
+        parser.error("--threads-batch must be at least 1")
     if not 0 < args.port < 65536:
         parser.error("--port must be between 1 and 65535")
     if args.cache_ram < -1:
@@ -85,6 +87,7 @@ def _model_flags(args: argparse.Namespace) -> ModelConfig:
         ctx_size=args.ctx_size,
         n_predict=args.n_predict,
         threads=args.threads,
+        threads_batch=args.threads_batch,
         parallel=args.parallel,
         batch_size=args.batch_size,
         ubatch_size=args.ubatch_size,

@@ -99,7 +99,14 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=defaults.default_threads(),
         metavar="N",
-        help="CPU threads for generation (default: %(default)s, the usable cores)",
+        help="CPU threads for generation (default: %(default)s, the usable cores but one)",
+    )
+    add(
+        "-tb",
+        "--threads-batch",
+        type=int,
+        metavar="N",
+        help="CPU threads for prompt evaluation (default: as many as --threads)",
     )
     add(
         "-np",

@@ -126,12 +126,20 @@ def speculation_problem(size_n: int, draft_max: int, draft_min: int) -> str | No
     return None
 
 
-def default_threads() -> int:
-    """Threads for llama.cpp: every core this process may run on."""
+def usable_cores() -> int:
+    """The cores this process may run on."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:
         return max(1, os.cpu_count() or 1)
+
+
+def default_threads() -> int:
+    """Threads for llama.cpp: the usable cores but one, which is left to the HTTP side and a
+    client on the same machine. llama.cpp's threads wait for each other at every step, so one
+    that is descheduled stalls them all: on a loaded 2-core machine 2 threads decoded 14 to 50
+    times slower than 1 (docs/architecture.md has the figures)."""
+    return max(1, usable_cores() - 1)
 
 
 @dataclass(frozen=True)
@@ -148,6 +156,8 @@ class ModelConfig:
     ctx_size: int = DEFAULT_CTX_SIZE
     n_predict: int = DEFAULT_N_PREDICT
     threads: int = field(default_factory=default_threads)
+    threads_batch: int | None = None
+    """Threads for prompt evaluation (llama-server's -tb); None: as many as `threads`."""
     parallel: int = DEFAULT_PARALLEL
     batch_size: int = DEFAULT_BATCH_SIZE
     ubatch_size: int = DEFAULT_UBATCH_SIZE

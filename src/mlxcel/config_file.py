@@ -115,6 +115,7 @@ MODEL_KEYS: dict[str, tuple[str, to.Convert]] = {
     "max_tokens": ("n_predict", to.at_least(-1)),
     "default_max_tokens": ("n_predict", to.at_least(-1)),
     "threads": ("threads", to.at_least(1)),
+    "threads_batch": ("threads_batch", to.at_least(1)),
     "parallel": ("parallel", to.at_least(1)),
     "max_concurrency": ("parallel", to.at_least(1)),
     "batch_size": ("batch_size", to.at_least(1)),

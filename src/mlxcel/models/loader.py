@@ -92,6 +92,7 @@ def _open_llamacpp(config: ModelConfig) -> TextGenerator:
     options = LlamaCppOptions(
         ctx_size=config.ctx_size,
         threads=config.threads,
+        threads_batch=config.threads_batch or config.threads,
         parallel=config.parallel,
         batch_size=config.batch_size,
         ubatch_size=config.ubatch_size,

@@ -74,6 +74,8 @@ class LlamaCppOptions:
     mlock: bool = False
     mmproj: Path | None = None
     """A vision projector GGUF (--mmproj): the model then reads images."""
+    threads_batch: int | None = None
+    """Threads for prompt evaluation; None: `threads`."""
     cache_type_k: str = "f16"
     """KV cache data type of K (kv_cache.KV_TYPES); f16 is llama.cpp's default."""
     cache_type_v: str = "f16"
@@ -142,7 +144,7 @@ class LlamaCppGenerator:
         params.n_ubatch = min(options.ubatch_size, options.batch_size)
         params.n_seq_max = options.parallel
         params.n_threads = options.threads
-        params.n_threads_batch = options.threads
+        params.n_threads_batch = options.threads_batch or options.threads
         params.no_perf = True
         params.flash_attn_type = _FLASH_ATTN[options.flash_attn]
         params.type_k = ggml_type(options.cache_type_k)
