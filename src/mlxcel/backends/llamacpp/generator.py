@@ -32,6 +32,12 @@ from mlxcel.media.images import Image
 
 logger = logging.getLogger(__name__)
 
+# The calls the engine thread makes for every token (native.holding_gil says why).
+_sampler_sample = native.holding_gil("llama_sampler_sample")
+_sampler_accept = native.holding_gil("llama_sampler_accept")
+_get_logits_ith = native.holding_gil("llama_get_logits_ith")
+_memory_seq_rm = native.holding_gil("llama_memory_seq_rm")
+
 
 # GGUF's recommended sampling (general.sampling.*) under our names.
 _GGUF_SAMPLING_KEYS = {
@@ -127,7 +133,11 @@ class LlamaCppGenerator:
         self._pieces: dict[int, bytes] = {}
         self._tokenizer: llguidance.LLTokenizer | None = None
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
-        self._eog = tuple(t for t in range(self._n_vocab) if self.is_end_of_generation(t))
+        self._eog = tuple(
+            t for t in range(self._n_vocab) if llama_cpp.llama_vocab_is_eog(self._vocab, t)
+        )
+        self._eog_set = frozenset(self._eog)
+        self._n_ctx_seq = int(llama_cpp.llama_n_ctx_seq(self._ctx))
         self._chat_template = self._read_chat_template()
         self._generation_config = self._read_generation_config()
         self._fim_tokens = self._read_fim_tokens()
@@ -198,7 +208,7 @@ class LlamaCppGenerator:
 
     @property
     def n_ctx_seq(self) -> int:
-        return int(llama_cpp.llama_n_ctx_seq(self._ctx))
+        return self._n_ctx_seq
 
     @property
     def n_vocab(self) -> int:
@@ -268,7 +278,7 @@ class LlamaCppGenerator:
         return [self.token_bytes(t, special=special) for t in tokens]
 
     def is_end_of_generation(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+        return token in self._eog_set
 
     def open_slot(self, slot: int, params: SamplingParams, *, reuse: int = 0) -> None:
         self.close_slot(slot)
@@ -413,7 +423,7 @@ class LlamaCppGenerator:
         accepted = len(samples) - 1
         kept = self._n_past[feed.slot] + accepted
         if accepted < len(feed.draft):
-            llama_cpp.llama_memory_seq_rm(self._memory, feed.slot, kept, -1)
+            _memory_seq_rm(self._memory, feed.slot, kept, -1)
         self._n_past[feed.slot] = kept
         if not feed.draft:
             return samples[0]
@@ -427,10 +437,10 @@ class LlamaCppGenerator:
                 return Sample(self._eog[0])
             # Every sampler in the chain reads these logits: the disallowed ones go first.
             logits = np.ctypeslib.as_array(
-                llama_cpp.llama_get_logits_ith(self._ctx, index), shape=(self._n_vocab,)
+                _get_logits_ith(self._ctx, index), shape=(self._n_vocab,)
             )
             logits[~state.guided.allowed()] = -np.inf
-        token = int(llama_cpp.llama_sampler_sample(state.chain, self._ctx, index))
+        token = int(_sampler_sample(state.chain, self._ctx, index))
         if state.guided is not None:
             state.guided.advance(token)
         state.sampled.append(token)
@@ -450,7 +460,7 @@ class LlamaCppGenerator:
         state.banned = ()
         # Penalty and DRY samplers remember what was generated: replay it.
         for token in state.sampled:
-            llama_cpp.llama_sampler_accept(state.chain, token)
+            _sampler_accept(state.chain, token)
 
     def warm_up(self) -> None:
         """Run one token through the model so the first request does not pay for page-in."""

@@ -48,3 +48,20 @@ def tokenize(vocab: Any, data: bytes, *, add_special: bool, parse_special: bool)
         if n >= 0:
             return list(tokens[:n])
         capacity = -n
+
+
+# llama-cpp-python's functions are ctypes.CDLL ones, which release the GIL for every call. On the
+# engine thread that is a cost for short calls: the event loop takes the GIL during the call
+# and the engine thread then waits for it, up to the interpreter's switch interval (5 ms),
+# for every token it samples. The same symbols through a PyDLL keep the GIL: for calls far
+# shorter than that wait (sampling, KV edits), never for llama_decode.
+_LIBRARY = llama_cpp.llama_cpp._lib
+_HOLDING_GIL = ctypes.PyDLL(_LIBRARY._name, handle=_LIBRARY._handle)
+
+
+def holding_gil(name: str) -> Any:
+    """llama.cpp's function `name`, called without releasing the GIL."""
+    released = getattr(_LIBRARY, name)
+    held = getattr(_HOLDING_GIL, name)
+    held.argtypes, held.restype = released.argtypes, released.restype
+    return held
