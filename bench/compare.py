@@ -1,12 +1,14 @@
-"""mlxcel against its engine and its Python peer, on the same GGUF, in one run.
+"""mlxcel against its engine, llama-server and its Python peer, on the same GGUF, in one run.
 
     python bench/compare.py [--model PATH.gguf | --shape smollm2-135m|qwen2.5-0.5b] [--threads 1]
 
 Measures, one after another on this machine: the raw engine (llama-cpp-python's low-level API
 in-process: prompt evaluation, single-sequence decode, and 8 sequences decoded together),
-llama-cpp-python's own server (`python -m llama_cpp.server`), and `mlxcel serve`; then prints
-each target as a ratio. `--shape` builds (once, into bench/.cache) a random-weight Q4_0 GGUF of
-a real model's shape with bench/models.py; every target generates until max_tokens there too.
+llama.cpp's own `llama-server` (built once by bench/llama_server.py against the same engine
+libraries), llama-cpp-python's own server (`python -m llama_cpp.server`), and `mlxcel serve`,
+each with the same threads, 8 slots and context; then prints each target as a ratio. `--shape`
+builds (once, into bench/.cache) a random-weight Q4_0 GGUF of a real model's shape with
+bench/models.py; every target generates until max_tokens there too.
 Absolute numbers move with the machine's load; ratios from one run are what to compare.
 
     python bench/compare.py --against OTHER/src [--rounds 3]
@@ -33,6 +35,7 @@ import llama_cpp
 from llama_cpp import _logger as llama_logger
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from llama_server import build_llama_server
 from models import CACHE_DIR, SHAPES, build
 from serve import make_prompts, run_level, summarize
 
@@ -160,37 +163,33 @@ def model_file(args: argparse.Namespace) -> Path:
     return built.path
 
 
-def measure_peer(path: Path, args: argparse.Namespace) -> dict[int, dict]:
-    """llama_cpp.server at 1 and 8 clients."""
+def _measure_server(command: list[str], health: str, args: argparse.Namespace) -> dict[int, dict]:
+    """Start a server (`command` ends with its port flag), measure it at 1 and 8 clients."""
     port = _free_port()
-    threads = str(args.threads)
-    peer = _start(
-        [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            str(path),
-            "--port",
-            str(port),
-            "--n_ctx",
-            "4096",
-            "--n_threads",
-            threads,
-            "--n_threads_batch",
-            threads,
-            # By default a new request interrupts the running one; queue them instead.
-            "--interrupt_requests",
-            "False",
-        ],
-        port,
-        "/v1/models",
-    )
+    server = _start([*command, str(port)], port, health)
     try:
         return serve_levels(f"http://127.0.0.1:{port}/v1", [1, 8], args)
     finally:
-        peer.terminate()
-        peer.wait()
+        server.terminate()
+        server.wait()
+
+
+def measure_peer(path: Path, args: argparse.Namespace) -> dict[int, dict]:
+    """llama_cpp.server at 1 and 8 clients."""
+    threads = str(args.threads)
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--n_ctx", "4096"]
+    command += ["--n_threads", threads, "--n_threads_batch", threads]
+    # By default a new request interrupts the running one; queue them instead.
+    command += ["--interrupt_requests", "False", "--port"]
+    return _measure_server(command, "/v1/models", args)
+
+
+def measure_llama_server(path: Path, args: argparse.Namespace) -> dict[int, dict]:
+    """llama.cpp's llama-server at 1 and 8 clients, set up as mlxcel is."""
+    threads = str(args.threads)
+    command = [str(build_llama_server()), "-m", str(path), "-t", threads, "-tb", threads]
+    command += ["-np", "8", "-c", str(8 * 4096), "--port"]
+    return _measure_server(command, "/health", args)
 
 
 def measure_ours(
@@ -262,9 +261,10 @@ def main() -> None:
         f"{raw1:.1f} tok/s at 1 sequence, {raw8:.1f} tok/s aggregate at 8 in step "
         f"({staggered:.1f} with positions {stagger} tokens apart, as served streams are)"
     )
+    native = measure_llama_server(path, args)
     theirs = measure_peer(path, args)
     ours, cold, warm = measure_ours(path, args)
-    report(theirs, ours, (raw1, raw8, staggered), cold, warm)
+    report(native, theirs, ours, (raw1, raw8, staggered), cold, warm)
 
 
 def _figures(levels: dict[int, dict]) -> tuple[float, float, float]:
@@ -302,6 +302,7 @@ def boundary(path: Path, args: argparse.Namespace) -> None:
 
 
 def report(
+    native: dict[int, dict],
     theirs: dict[int, dict],
     ours: dict[int, dict],
     raw: tuple[float, float, float],
@@ -309,14 +310,16 @@ def report(
     warm: float,
 ) -> None:
     """Each server's figures, then every target as a ratio; `raw` is the raw engine's decode
-    at 1 sequence, at 8 in step and at 8 at staggered positions."""
+    at 1 sequence, at 8 in step and at 8 at staggered positions; `native` is llama-server's,
+    `theirs` llama_cpp.server's."""
     raw1, raw8, staggered = raw
-    for name, levels in (("llama_cpp.server", theirs), ("mlxcel serve", ours)):
+    servers = (("llama-server", native), ("llama_cpp.server", theirs), ("mlxcel serve", ours))
+    for name, levels in servers:
         early = sum(levels[level]["stopped_early"] for level in levels)
         print(
             f"{name + ':':18}{levels[1]['throughput_tok_s']:.1f} tok/s at 1 client, "
-            f"{levels[8]['throughput_tok_s']:.1f} at 8; median TTFT at 8 "
-            f"{levels[8]['ttft_median_ms']:.0f} ms"
+            f"{levels[8]['throughput_tok_s']:.1f} at 8; median at 8: TTFT "
+            f"{levels[8]['ttft_median_ms']:.0f} ms, ITL {levels[8]['itl_median_ms']:.1f} ms"
             + (f"; {early} requests stopped before max_tokens" if early else "")
         )
     # The raw engine numbers are decode only: a steady batch of sequences, every step one token
@@ -336,6 +339,22 @@ def report(
     print(
         f"  8 streams vs raw engine at 8:         {eight / raw8:.2f}x [>= 0.9] "
         f"({eight / staggered:.2f}x against the raw engine at staggered positions)"
+    )
+    print(
+        f"  single-stream decode vs llama-server: "
+        f"{native[1]['itl_median_ms'] / ours[1]['itl_median_ms']:.2f}x [>= 1.0]"
+    )
+    print(
+        f"  8 clients vs llama-server at 8:       "
+        f"{ours[8]['throughput_tok_s'] / native[8]['throughput_tok_s']:.2f}x [>= 1.05]"
+    )
+    print(
+        f"  median ITL at 8, mlxcel/llama-server: "
+        f"{ours[8]['itl_median_ms'] / native[8]['itl_median_ms']:.2f}x [<= 1.05]"
+    )
+    print(
+        f"  median TTFT at 8, llama-server/mlxcel: "
+        f"{native[8]['ttft_median_ms'] / ours[8]['ttft_median_ms']:.2f}x [>= 1.5]"
     )
     print(
         f"  8 streams vs llama_cpp.server at 8:   "
