@@ -7,16 +7,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 
 from mlxcel.engine import media
 from mlxcel.engine.handle import EventSink
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.prompt_cache import PromptCache
+from mlxcel.engine.sequence import Job, Running, about
 from mlxcel.engine.slots import SlotPool, SlotState
 from mlxcel.engine.speculative import NgramDrafter, SpeculativeConfig
-from mlxcel.engine.text import IncrementalText, StopMatcher
 from mlxcel.engine.types import (
     EngineError,
     Feed,
@@ -40,72 +40,6 @@ MIN_SAVED_TOKENS = 16
 Admitted = tuple[EventSink, list[int], SamplingParams, tuple[MediaSpan, ...]]
 """One sequence for `Scheduler.submit`: where its events go, its prompt, its sampling and the
 media spans of its prompt."""
-
-
-@dataclass
-class _Job:
-    handle: EventSink
-    prompt: list[int]
-    params: SamplingParams
-    media: tuple[MediaSpan, ...] = ()
-    arrived: float = field(default_factory=time.monotonic)
-
-
-@dataclass
-class _Running:
-    job: _Job
-    slot: int
-    fed: int = 0
-    cached: int = 0
-    generated: int = 0
-    last_token: int = -1
-    last_time: float = 0.0
-    started: float = field(default_factory=time.monotonic)
-    first_time: float | None = None
-    """When the first token was sampled: prompt time ends and generation time starts."""
-    newline: bool = False
-    text: IncrementalText = field(default_factory=IncrementalText)
-    stops: StopMatcher = field(init=False)
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    pending: list[int] = field(default_factory=list)
-    """Tokens generated since the last event."""
-    drafter: NgramDrafter | None = None
-    """Its speculative drafts, when the model speculates."""
-    drafted: int = 0
-    accepted: int = 0
-
-    def __post_init__(self) -> None:
-        params = self.job.params
-        self.stops = StopMatcher(params.stop, include_stop=params.include_stop_str)
-
-    @property
-    def prefilling(self) -> bool:
-        return self.fed < len(self.job.prompt)
-
-    def take_logprobs(self) -> tuple[TokenLogprob, ...]:
-        """Log-probabilities gathered since the last event."""
-        taken, self.logprobs = tuple(self.logprobs), []
-        return taken
-
-    def take_tokens(self) -> tuple[int, ...]:
-        """Token ids generated since the last event."""
-        taken, self.pending = tuple(self.pending), []
-        return taken
-
-    def elapsed_ms(self, now: float) -> tuple[float, float]:
-        """Milliseconds spent on the prompt, and generating since the first token."""
-        first = now if self.first_time is None else self.first_time
-        return (first - self.started) * 1e3, (now - first) * 1e3
-
-    def out_of_time(self, now: float) -> bool:
-        """llama-server's t_max_predict_ms: past the limit, once a newline has been generated."""
-        limit = self.job.params.t_max_predict_ms
-        return limit > 0 and self.newline and self.elapsed_ms(now)[1] > limit
-
-
-def _about(job: _Job) -> dict[str, str]:
-    """Log `extra` naming the request a line is about (this thread serves every request)."""
-    return {"request_id": job.handle.request_id}
 
 
 @dataclass(frozen=True)
@@ -137,10 +71,10 @@ class Scheduler:
         self._cache = prompt_cache if saves else None
         self._limits = limits
         self._metrics = metrics
-        self._waiting: deque[_Job] = deque()
+        self._waiting: deque[Job] = deque()
         self._wakeup = threading.Condition()
         self._pool = SlotPool(generator.n_slots)
-        self._running: list[_Running] = []
+        self._running: list[Running] = []
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=f"engine-{name}", daemon=True)
 
@@ -172,7 +106,7 @@ class Scheduler:
                 else:
                     message = "the server is busy: request queue is full"
                 raise EngineError(message, "server_busy")
-            self._waiting.extend(_Job(*sequence) for sequence in sequences)
+            self._waiting.extend(Job(*sequence) for sequence in sequences)
             self._update_gauges()
             self._wakeup.notify()
         for sink, *_ in sequences:
@@ -185,7 +119,7 @@ class Scheduler:
             job = next((j for j in self._waiting if j.handle is handle), None)
             if job is not None:
                 self._waiting.remove(job)
-                logger.info("cancelled while waiting for a slot", extra=_about(job))
+                logger.info("cancelled while waiting for a slot", extra=about(job))
                 self._metrics.finished("cancelled")
                 self._update_gauges()
             self._wakeup.notify()
@@ -216,7 +150,7 @@ class Scheduler:
                 job.handle.deliver(TokenEvent("", (), error=shutting_down))
             self._update_gauges()
 
-    def _next_job(self) -> _Job | None:
+    def _next_job(self) -> Job | None:
         """The next waiting job to start, answering the ones that waited too long."""
         with self._wakeup:
             if not self._running and not self._waiting and not self._stopping:
@@ -253,7 +187,7 @@ class Scheduler:
             self._on_admitted(job, slot, cached)
             spec = self._speculative
             drafter = None if spec is None else NgramDrafter(spec, job.prompt)
-            self._running.append(_Running(job, slot, fed=cached, cached=cached, drafter=drafter))
+            self._running.append(Running(job, slot, fed=cached, cached=cached, drafter=drafter))
         self._update_gauges()
 
     def _swap_cached(self, slot: int, shared: int, prompt: list[int]) -> int:
@@ -280,25 +214,25 @@ class Scheduler:
         self._metrics.cache_loaded()
         return longest
 
-    def _open(self, job: _Job, slot: int, cached: int) -> EngineError | None:
+    def _open(self, job: Job, slot: int, cached: int) -> EngineError | None:
         """Set the slot up for the job; what went wrong, if anything."""
         try:
             self._generator.open_slot(slot, job.params, reuse=cached)
         except EngineError as exc:
-            logger.warning("%s", exc, extra=_about(job))
+            logger.warning("%s", exc, extra=about(job))
             return exc
         except Exception as exc:
-            logger.exception("could not open a slot", extra=_about(job))
+            logger.exception("could not open a slot", extra=about(job))
             return EngineError(str(exc))
         return None
 
-    def _on_admitted(self, job: _Job, slot: int, cached: int) -> None:
+    def _on_admitted(self, job: Job, slot: int, cached: int) -> None:
         logger.info(
             "slot %d: %d prompt tokens, %d of them from the prefix cache",
             slot,
             len(job.prompt),
             cached,
-            extra=_about(job),
+            extra=about(job),
         )
         self._metrics.admitted(len(job.prompt), cached)
 
@@ -307,7 +241,7 @@ class Scheduler:
 
     def _drop_cancelled(self) -> None:
         for running in [r for r in self._running if r.job.handle.cancelled]:
-            logger.info("cancelled after %d tokens", running.generated, extra=_about(running.job))
+            logger.info("cancelled after %d tokens", running.generated, extra=about(running.job))
             self._release(running, "cancelled")
 
     def _feeds(self) -> list[Feed]:
@@ -331,7 +265,7 @@ class Scheduler:
             feeds.append(Feed(r.slot, (r.last_token,), True, draft=draft))
         return feeds + prompts
 
-    def _draft(self, running: _Running, budget: int) -> tuple[int, ...]:
+    def _draft(self, running: Running, budget: int) -> tuple[int, ...]:
         """Tokens to verify after the running sequence's last one: no more than the batch,
         the request's max_tokens and the context leave room for."""
         if running.drafter is None:
@@ -363,14 +297,14 @@ class Scheduler:
             if sample is not None:
                 self._on_samples(running, (sample, *sample.then))
 
-    def _on_draft(self, running: _Running, drafted: int, accepted: int) -> None:
+    def _on_draft(self, running: Running, drafted: int, accepted: int) -> None:
         running.drafted += drafted
         running.accepted += accepted
         if running.drafter is not None:
             running.drafter.record(drafted, accepted)
         self._metrics.drafted(drafted, accepted)
 
-    def _on_samples(self, running: _Running, samples: tuple[Sample, ...]) -> None:
+    def _on_samples(self, running: Running, samples: tuple[Sample, ...]) -> None:
         """A step's tokens for one sequence, in order, until one of them ends it."""
         for sample in samples:
             if running.drafter is not None:
@@ -379,16 +313,16 @@ class Scheduler:
             if running not in self._running:
                 return
 
-    def _on_prompt_fed(self, running: _Running) -> None:
+    def _on_prompt_fed(self, running: Running) -> None:
         params = running.job.params
         if params.return_progress:
             total, prompt_ms = len(running.job.prompt), running.elapsed_ms(time.monotonic())[0]
             progress = PromptProgress(total, running.cached, running.fed, prompt_ms)
-            running.job.handle.deliver(self._event(running, "", progress=progress))
+            running.job.handle.deliver(running.event("", progress=progress))
         if not running.prefilling and params.max_tokens == 0:
             self._finish(running, "", "length", stop_reason="limit")
 
-    def _observe_latency(self, running: _Running) -> float:
+    def _observe_latency(self, running: Running) -> float:
         now = time.monotonic()
         first = running.generated == 0
         self._metrics.token(first, now - (running.job.arrived if first else running.last_time))
@@ -397,38 +331,7 @@ class Scheduler:
             running.first_time = now
         return now
 
-    def _event(
-        self,
-        running: _Running,
-        text: str,
-        *,
-        finish_reason: str | None = None,
-        error: EngineError | None = None,
-        stop_reason: str | None = None,
-        progress: PromptProgress | None = None,
-    ) -> TokenEvent:
-        """An event for the request, with what every event reports."""
-        prompt_ms, predicted_ms = running.elapsed_ms(time.monotonic())
-        return TokenEvent(
-            text,
-            running.take_tokens(),
-            finish_reason=finish_reason,
-            prompt_tokens=len(running.job.prompt),
-            completion_tokens=running.generated,
-            error=error,
-            logprobs=running.take_logprobs(),
-            stop_reason=stop_reason,
-            stop_word=running.stops.matched if stop_reason == "word" else None,
-            cached_tokens=running.cached,
-            prompt_ms=prompt_ms,
-            predicted_ms=predicted_ms,
-            slot=running.slot,
-            progress=progress,
-            draft_tokens=running.drafted,
-            draft_accepted=running.accepted,
-        )
-
-    def _on_token(self, running: _Running, sample: Sample, now: float) -> None:
+    def _on_token(self, running: Running, sample: Sample, now: float) -> None:
         generator = self._generator
         params = running.job.params
         token = sample.token
@@ -462,29 +365,29 @@ class Scheduler:
             tail = running.stops.push(running.text.flush())[0] + running.stops.flush()
             self._finish(running, text + tail, "length", stop_reason="limit")
         elif text:
-            running.job.handle.deliver(self._event(running, text))
+            running.job.handle.deliver(running.event(text))
 
     def _finish(
         self,
-        running: _Running,
+        running: Running,
         text: str,
         reason: str | None = None,
         error: EngineError | None = None,
         stop_reason: str | None = None,
     ) -> None:
         running.job.handle.deliver(
-            self._event(running, text, finish_reason=reason, error=error, stop_reason=stop_reason)
+            running.event(text, finish_reason=reason, error=error, stop_reason=stop_reason)
         )
         logger.debug(
             "slot %d: %s after %d tokens",
             running.slot,
             error or stop_reason or reason,
             running.generated,
-            extra=_about(running.job),
+            extra=about(running.job),
         )
         self._release(running, "error" if error else reason or "stop")
 
-    def _release(self, running: _Running, reason: str) -> None:
+    def _release(self, running: Running, reason: str) -> None:
         self._running.remove(running)
         self._metrics.finished(reason)
         try:

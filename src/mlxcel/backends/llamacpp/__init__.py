@@ -1,5 +1,6 @@
 """The llama.cpp backend (llama-cpp-python): GGUF models."""
 
-from mlxcel.backends.llamacpp.generator import LlamaCppGenerator, LlamaCppOptions
+from mlxcel.backends.llamacpp.generator import LlamaCppGenerator
+from mlxcel.backends.llamacpp.model import LlamaCppOptions
 
 __all__ = ["LlamaCppGenerator", "LlamaCppOptions"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,7 +15,15 @@ from llguidance.llamacpp import lltokenizer_from_vocab
 
 from mlxcel.backends.guidance import Constraint, constraint
 from mlxcel.backends.llamacpp import native
-from mlxcel.backends.llamacpp.kv_cache import ggml_type, kv_cache_info
+from mlxcel.backends.llamacpp.kv_cache import kv_cache_info
+from mlxcel.backends.llamacpp.model import (
+    LlamaCppOptions,
+    model_params,
+    new_context,
+    read_chat_template,
+    read_fim_tokens,
+    read_generation_config,
+)
 from mlxcel.backends.llamacpp.sampling import build_chain, sample_with_logprobs
 from mlxcel.backends.llamacpp.vision import Projector
 from mlxcel.engine.types import (
@@ -30,24 +37,11 @@ from mlxcel.engine.types import (
 )
 from mlxcel.media.images import Image
 
-logger = logging.getLogger(__name__)
-
 # The calls the engine thread makes for every token (native.holding_gil says why).
 _sampler_sample = native.holding_gil("llama_sampler_sample")
 _sampler_accept = native.holding_gil("llama_sampler_accept")
 _get_logits_ith = native.holding_gil("llama_get_logits_ith")
 _memory_seq_rm = native.holding_gil("llama_memory_seq_rm")
-
-
-# GGUF's recommended sampling (general.sampling.*) under our names.
-_GGUF_SAMPLING_KEYS = {
-    "temp": "temperature",
-    "top_p": "top_p",
-    "top_k": "top_k",
-    "min_p": "min_p",
-    "penalty_repeat": "repeat_penalty",
-    "penalty_last_n": "repeat_last_n",
-}
 
 
 @dataclass
@@ -62,66 +56,18 @@ class _Slot:
     """llguidance's state for the request's JSON schema or lark grammar, if it has one."""
 
 
-@dataclass(frozen=True)
-class LlamaCppOptions:
-    """How to load a GGUF model."""
-
-    ctx_size: int
-    threads: int
-    parallel: int
-    batch_size: int
-    ubatch_size: int
-    verbose: bool = False
-    n_gpu_layers: int | None = None
-    """Layers to offload to a GPU; None: llama.cpp's default (all of them, where one is)."""
-    flash_attn: str = "auto"
-    """Flash attention: on, off or auto."""
-    mmap: bool = True
-    mlock: bool = False
-    mmproj: Path | None = None
-    """A vision projector GGUF (--mmproj): the model then reads images."""
-    threads_batch: int | None = None
-    """Threads for prompt evaluation; None: `threads`."""
-    cache_type_k: str = "f16"
-    """KV cache data type of K (kv_cache.KV_TYPES); f16 is llama.cpp's default."""
-    cache_type_v: str = "f16"
-    """Of V; a quantized V needs flash attention."""
-
-
-# How --mmap/--no-mmap and --mlock load the weights; mmap alone is llama.cpp's own choice.
-_LOAD_MODES = {
-    (True, False): llama_cpp.LLAMA_LOAD_MODE_AUTO,
-    (True, True): llama_cpp.LLAMA_LOAD_MODE_MMAP_MLOCK,
-    (False, True): llama_cpp.LLAMA_LOAD_MODE_MLOCK,
-    (False, False): llama_cpp.LLAMA_LOAD_MODE_NONE,
-}
-_FLASH_ATTN = {
-    "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
-    "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
-    "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
-}
-
-
-def _model_params(options: LlamaCppOptions) -> Any:
-    params = llama_cpp.llama_model_default_params()
-    if options.n_gpu_layers is not None:
-        params.n_gpu_layers = options.n_gpu_layers
-    params.load_mode = _LOAD_MODES[options.mmap, options.mlock]
-    return params
-
-
 class LlamaCppGenerator:
     """TextGenerator over llama-cpp-python's low-level API; one KV sequence per slot."""
 
     def __init__(self, path: Path, options: LlamaCppOptions) -> None:
         native.route_native_logs(options.verbose)
         llama_cpp.llama_backend_init()
-        model = llama_cpp.llama_model_load_from_file(str(path).encode(), _model_params(options))
+        model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params(options))
         if model is None:
             raise ValueError(f"llama.cpp could not load {path}: not a valid GGUF model?")
         self._model = model
         self._vocab = llama_cpp.llama_model_get_vocab(model)
-        self._ctx = self._new_context(options)
+        self._ctx = new_context(model, options)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         cells = int(llama_cpp.llama_n_ctx(self._ctx))
         self._kv_cache = kv_cache_info(model, cells, options.cache_type_k, options.cache_type_v)
@@ -138,73 +84,14 @@ class LlamaCppGenerator:
         )
         self._eog_set = frozenset(self._eog)
         self._n_ctx_seq = int(llama_cpp.llama_n_ctx_seq(self._ctx))
-        self._chat_template = self._read_chat_template()
-        self._generation_config = self._read_generation_config()
-        self._fim_tokens = self._read_fim_tokens()
+        self._chat_template = read_chat_template(model, self._vocab)
+        self._generation_config = read_generation_config(model)
+        self._fim_tokens = read_fim_tokens(self._vocab)
         self._projector: Projector | None = None
         if options.mmproj is not None:
             self._projector = Projector(
                 options.mmproj, model, options.threads, use_gpu=options.n_gpu_layers != 0
             )
-
-    def _new_context(self, options: LlamaCppOptions) -> Any:
-        params = llama_cpp.llama_context_default_params()
-        params.n_ctx = options.ctx_size
-        params.n_batch = options.batch_size
-        params.n_ubatch = min(options.ubatch_size, options.batch_size)
-        params.n_seq_max = options.parallel
-        params.n_threads = options.threads
-        params.n_threads_batch = options.threads_batch or options.threads
-        params.no_perf = True
-        params.flash_attn_type = _FLASH_ATTN[options.flash_attn]
-        params.type_k = ggml_type(options.cache_type_k)
-        params.type_v = ggml_type(options.cache_type_v)
-        ctx = llama_cpp.llama_init_from_model(self._model, params)
-        if ctx is None:
-            llama_cpp.llama_model_free(self._model)
-            raise ValueError(
-                "llama.cpp could not create a context (context size too large, or a KV cache "
-                "type this model or build does not support?)"
-            )
-        return ctx
-
-    def _read_generation_config(self) -> dict[str, float]:
-        config: dict[str, float] = {}
-        for key, name in _GGUF_SAMPLING_KEYS.items():
-            value = native.metadata_string(self._model, f"general.sampling.{key}")
-            if value is not None:
-                try:
-                    config[name] = float(value)
-                except ValueError:
-                    logger.warning("ignoring GGUF general.sampling.%s=%r", key, value)
-        return config
-
-    def _read_fim_tokens(self) -> FimTokens:
-        """What llama.cpp found: the GGUF's tokenizer.ggml.fim_* ids, else known token texts."""
-
-        def token(find: Any) -> int | None:
-            found = int(find(self._vocab))
-            return None if found == llama_cpp.LLAMA_TOKEN_NULL else found
-
-        return FimTokens(
-            prefix=token(llama_cpp.llama_vocab_fim_pre),
-            suffix=token(llama_cpp.llama_vocab_fim_suf),
-            middle=token(llama_cpp.llama_vocab_fim_mid),
-            repo=token(llama_cpp.llama_vocab_fim_rep),
-            separator=token(llama_cpp.llama_vocab_fim_sep),
-        )
-
-    def _read_chat_template(self) -> ChatTemplate | None:
-        source = native.metadata_string(self._model, "tokenizer.chat_template")
-        if source is None:
-            return None
-        bos = llama_cpp.llama_vocab_bos(self._vocab)
-        eos = llama_cpp.llama_vocab_eos(self._vocab)
-        return ChatTemplate(
-            source=source,
-            bos_token=native.token_piece(self._vocab, bos, special=True).decode(errors="replace"),
-            eos_token=native.token_piece(self._vocab, eos, special=True).decode(errors="replace"),
-        )
 
     @property
     def n_ctx_seq(self) -> int:
