@@ -1,8 +1,8 @@
-"""A worker process per text model: kill -9 of one model's worker fails its running and queued
-requests with 503 (a stream with an error event, then [DONE]), the other model serves on, the
-model is `failed` with the reason, and its next request starts it again; SIGTERM lets a stream
-finish, then ends the workers (test_shutdown.py); a server killed with SIGKILL takes its
-workers with it."""
+"""A worker process per model, of every kind: kill -9 of one model's worker fails its running and
+queued requests with 503 (a stream with an error event, then [DONE]), the other models serve on,
+the model is `failed` with the reason, and its next request starts it again; unloading a model
+ends its worker; SIGTERM lets a stream finish, then ends the workers (test_shutdown.py); a
+server killed with SIGKILL takes its workers with it."""
 
 from __future__ import annotations
 
@@ -14,11 +14,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import openai
 import pytest
 
 from tests._client_util import default_gguf
-from tests.conftest import start
+from tests.audio_util import written_as
+from tests.conftest import ok, start
+from tests.encoder_models import minilm_gguf
 from tests.server_process import ServerProcess, alive
 
 HELLO = [{"role": "user", "content": "Say hello."}]
@@ -26,16 +29,26 @@ HELLO = [{"role": "user", "content": "Say hello."}]
 LONG: dict[str, Any] = {"max_tokens": 300, "ignore_eos": True}
 
 
+# A second of a rising tone: audio to transcribe (what Whisper makes of it does not matter, only
+# that the same server makes the same of it).
+CLIP = written_as(0.3 * np.sin(np.linspace(0, 2000, 16_000) ** 1.2), 16_000, "wav")
+MODELS = ("a", "b", "embed", "whisper")
+
+
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """The default model served twice, as `a` and `b`, each in its own worker."""
+    """The default model served twice, as `a` and `b`, MiniLM as `embed` (a GGUF, on llama.cpp)
+    and Whisper tiny.en as `whisper`, each in its own worker."""
     tmp = tmp_path_factory.mktemp("pair")
+    embedder = minilm_gguf(tmp)
     config = tmp / "models.yaml"
     config.write_text(
         "models:\n"
         + "".join(
             f"  - model: {default_gguf()}\n    name: {name}\n    ctx_size: 512\n" for name in "ab"
         )
+        + f"  - model: {embedder}\n    kind: embedding\n    name: embed\n"
+        + "  - model: default\n    kind: transcription\n    name: whisper\n"
     )
     proc = start(tmp, "--config", str(config))
     yield proc
@@ -63,10 +76,18 @@ def _stream_lines(server: ServerProcess, body: dict[str, Any]) -> Iterator[str]:
                 yield line.removeprefix("data: ")
 
 
-def test_each_text_model_runs_in_a_worker_of_its_own(pair: ServerProcess) -> None:
+def _transcribed(client: openai.OpenAI) -> str:
+    return client.audio.transcriptions.create(model="whisper", file=("a.wav", CLIP)).text
+
+
+def _embedded(client: openai.OpenAI) -> list[float]:
+    return client.embeddings.create(model="embed", input="A man is eating food.").data[0].embedding
+
+
+def test_each_model_runs_in_a_worker_of_its_own(pair: ServerProcess) -> None:
     listed = _listed(pair)
-    pids = {listed[name]["meta"]["pid"] for name in "ab"}
-    assert len(pids) == 2 and pids == set(pair.workers())
+    pids = {listed[name]["meta"]["pid"] for name in MODELS}
+    assert len(pids) == len(MODELS) and pids == set(pair.workers())
     assert pair.process.pid not in pids
 
 
@@ -126,11 +147,90 @@ def test_killed_worker_fails_its_requests_and_restarts_on_the_next(pair: ServerP
     assert "model 'a' failed: the worker process of the model 'a' was killed by SIGKILL" in log
 
 
+def test_killed_encoder_and_audio_workers_fail_their_requests(pair: ServerProcess) -> None:
+    client = pair.openai()
+    vector, text = _embedded(client), _transcribed(client)
+    victims = {name: _listed(pair)[name]["meta"]["pid"] for name in ("embed", "whisper")}
+    failed: dict[str, tuple[int, Any]] = {}
+
+    def streamed() -> None:
+        # A stream whose model dies before its first event still gets a status.
+        body = {"model": "whisper", "stream": "true"}
+        with pair.http() as http:
+            answer = http.post("/v1/audio/transcriptions", data=body, files={"file": CLIP})
+        failed["stream"] = answer.status_code, answer.json()["error"]
+
+    def failing(name: str, call: Callable[[openai.OpenAI], object]) -> threading.Thread:
+        def run() -> None:
+            try:
+                call(client)
+            except openai.APIStatusError as exc:
+                failed[name] = exc.status_code, exc.body
+
+        return threading.Thread(target=run)
+
+    # Stopped, a worker holds the requests sent to it until it is killed.
+    for pid in victims.values():
+        os.kill(pid, signal.SIGSTOP)
+    threads = [
+        failing("embed", _embedded),
+        failing("whisper", _transcribed),
+        threading.Thread(target=streamed),
+    ]
+    for thread in threads:
+        thread.start()
+
+    def held() -> bool:
+        meta = {name: m["meta"] for name, m in _listed(pair).items()}
+        return meta["embed"]["requests"] == 1 and meta["whisper"]["requests"] == 2
+
+    _wait_for(held, "held by the stopped workers")
+    # The other models serve meanwhile.
+    reply = client.chat.completions.create(model="b", messages=HELLO, max_tokens=3)
+    assert reply.choices[0].finish_reason is not None
+    for pid in victims.values():
+        os.kill(pid, signal.SIGKILL)
+    for thread in threads:
+        thread.join()
+
+    owner = {"embed": "embed", "whisper": "whisper", "stream": "whisper"}
+    assert set(failed) == set(owner)
+    for request, (status, error) in failed.items():
+        assert status == 503 and error["code"] == "model_unavailable", (request, error)
+        reason = f"the worker process of the model '{owner[request]}' was killed by SIGKILL"
+        assert reason in error["message"], (request, error)
+    listed = _listed(pair)
+    for name in victims:
+        assert listed[name]["state"] == "failed" and listed[name]["meta"]["pid"] is None
+        assert "killed by SIGKILL" in listed[name]["reason"]
+
+    # The next request starts a new worker, which answers as the old one did.
+    assert _embedded(client) == vector
+    assert _transcribed(client) == text
+    listed = _listed(pair)
+    for name, pid in victims.items():
+        assert listed[name]["state"] == "loaded"
+        assert listed[name]["meta"]["pid"] not in (pid, None)
+        assert listed[name]["meta"]["requests"] == 0
+
+
+def test_unloading_ends_the_worker(pair: ServerProcess) -> None:
+    client = pair.openai()
+    vector = _embedded(client)
+    pid = _listed(pair)["embed"]["meta"]["pid"]
+    with pair.http() as http:
+        ok(http.post("/models/unload", json={"model": "embed"}))
+    assert not alive(pid) and pid not in pair.workers()
+    assert _listed(pair)["embed"]["meta"]["pid"] is None
+    assert _embedded(client) == vector
+    assert _listed(pair)["embed"]["meta"]["pid"] not in (pid, None)
+
+
 def test_the_workers_end_with_their_server(pair: ServerProcess) -> None:
     # SIGTERM drains, then stops the workers (test_shutdown.py); a server killed outright
     # cannot stop them, and each one sees its connection end and exits.
     workers = pair.workers()
-    assert len(workers) == 2
+    assert len(workers) == len(MODELS)
     pair.process.kill()
     pair.process.wait()
     _wait_for(lambda: not any(alive(pid) for pid in workers), "ended with their server")

@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlxcel.models.remote import WorkerGone
-from mlxcel.serving.errors import APIError, invalid_request
+from mlxcel.serving.errors import APIError, invalid_request, model_unavailable
 
 # Validation errors about a field or content part the server knows but does not do.
 _UNSUPPORTED = ("unsupported_value", "unsupported_content_part")
@@ -58,8 +58,6 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(WorkerGone)
     async def _worker_gone(_: Request, exc: WorkerGone) -> JSONResponse:
-        # A tokenizer call reached a model whose worker process had just died.
-        message = f"{exc}; retry the request"
-        return error_response(
-            APIError(503, message, code="model_unavailable", headers={"Retry-After": "1"})
-        )
+        # A call (tokenizing, an embedding batch, a transcription) reached a model whose worker
+        # process had just died.
+        return error_response(model_unavailable(f"{exc}; retry the request"))

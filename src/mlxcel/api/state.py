@@ -18,7 +18,7 @@ from mlxcel.models.registry import (
     ModelRegistry,
     ModelUnavailable,
 )
-from mlxcel.serving.errors import APIError
+from mlxcel.serving.errors import APIError, model_unavailable
 
 _LEASES = "model_leases"
 
@@ -65,7 +65,7 @@ def invalid_model(message: str) -> APIError:
 
 def unavailable(exc: ModelUnavailable) -> APIError:
     """A 503: the model failed to load or took too long."""
-    return APIError(503, str(exc), code="model_unavailable", headers={"Retry-After": "1"})
+    return model_unavailable(str(exc))
 
 
 async def model_for(

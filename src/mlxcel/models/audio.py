@@ -1,6 +1,6 @@
-"""A loaded speech model: its engine, how many requests it runs at once, and the limits it
-enforces. The engine is behind its capability class (Transcriber, Synthesizer), which takes and
-gives plain data only."""
+"""A loaded speech model: its engine (in the model's worker process, behind its capability
+class, Transcriber or Synthesizer, which takes and gives plain data only), how many requests it
+runs at once, and the limits it enforces."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from mlxcel.backends.audio.defaults import (
 from mlxcel.backends.audio.speech import Synthesizer
 from mlxcel.backends.audio.transcript import Transcriber
 from mlxcel.config import ModelConfig
+from mlxcel.models.remote import Worker
 
 AUDIO_KINDS = frozenset({"transcription", "speech"})
 T = TypeVar("T")
@@ -34,10 +35,12 @@ OPENAI_NAMES = {
 
 @dataclass
 class AudioModel:
-    """What audio models share: a name and a bound on requests running side by side."""
+    """What audio models share: a name, a bound on requests running side by side, and the
+    worker process its engine runs in."""
 
     name: str
     parallel: int
+    worker: Worker = field(kw_only=True)
     _slots: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
 
     async def on_threads(self, steps: Iterator[T]) -> AsyncIterator[T]:
@@ -60,7 +63,7 @@ class TranscriptionModel(AudioModel):
     engine: Transcriber = field(kw_only=True)
 
     def close(self) -> None:
-        """Free the engine."""
+        """End the worker: every byte of the model goes."""
         self.engine.close()
 
 
@@ -71,7 +74,7 @@ class SpeechModel(AudioModel):
     engine: Synthesizer = field(kw_only=True)
 
     def close(self) -> None:
-        """Free the engine."""
+        """End the worker: every byte of the model goes."""
         self.engine.close()
 
 
@@ -105,15 +108,6 @@ def unknown_audio_source(kind: str, source: str) -> str | None:
     if source in ("default", *names) or Path(source).is_dir():
         return None
     return f"not a folder, nor one of the packaged models: default, {', '.join(names)}"
-
-
-def load_audio_model(config: ModelConfig) -> TranscriptionModel | SpeechModel:
-    """A transcription or speech model's engine, opened."""
-    name = config.served_name
-    if config.kind == "transcription":
-        engine = open_transcriber(config.model, config.threads, config.parallel)
-        return TranscriptionModel(name, engine.parallel, engine=engine)
-    return SpeechModel(name, config.parallel, engine=open_synthesizer(config.model))
 
 
 def engine_label(config: ModelConfig) -> str:

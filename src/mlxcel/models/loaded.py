@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from mlxcel.config import Kind, ModelConfig
 from mlxcel.engine.sampling import SamplingDefaults
 from mlxcel.engine.types import ChatTemplate, TextModel
 from mlxcel.models.audio import SpeechModel, TranscriptionModel
 from mlxcel.models.images import ImageModel
+from mlxcel.models.loader import backend_label
+from mlxcel.models.proxies import (
+    RemoteEmbedder,
+    RemoteReranker,
+    RemoteSynthesizer,
+    RemoteTranscriber,
+)
 from mlxcel.models.remote import Worker
 from mlxcel.models.textgen import RemoteEngine, TextFacts, remote_text_model
 from mlxcel.serving.encoders import EmbeddingModel, RerankModel
@@ -126,9 +133,11 @@ def served_model(config: ModelConfig, worker: Worker, facts: TextFacts) -> Loade
 
 @dataclass
 class LoadedEncoder:
-    """An embedding or rerank model: its engine behind a batcher shared by every request."""
+    """An embedding or rerank model: its engine in its worker process, behind a batcher (in
+    this process) shared by every request."""
 
     config: ModelConfig
+    worker: Worker
     backend: str
     encoder: EmbeddingModel | RerankModel
 
@@ -138,9 +147,31 @@ class LoadedEncoder:
         return self.config.served_name
 
     def close(self) -> None:
-        """Stop the batcher and free the weights."""
+        """Stop the batcher and end the worker process: every byte of the model goes."""
         self.encoder.close()
 
 
-Loaded = LoadedModel | LoadedEncoder | TranscriptionModel | SpeechModel | ImageModel
+InWorker = LoadedModel | LoadedEncoder | TranscriptionModel | SpeechModel
+"""A loaded model that runs in a worker process of its own."""
+Loaded = InWorker | ImageModel
 """What the registry holds for a loaded model, whatever its kind."""
+
+
+def served(config: ModelConfig, worker: Worker, facts: Any) -> InWorker:
+    """The loaded model of a worker that has sent its facts, as its kind serves it."""
+    name = config.served_name
+    if config.kind == "transcription":
+        engine = RemoteTranscriber(worker, facts)
+        return TranscriptionModel(name, engine.parallel, engine=engine, worker=worker)
+    if config.kind == "speech":
+        return SpeechModel(
+            name, config.parallel, engine=RemoteSynthesizer(worker, facts), worker=worker
+        )
+    budget = config.embedding_batch_tokens
+    if config.kind == "embedding":
+        embedder = EmbeddingModel(RemoteEmbedder(worker, facts), name, budget)
+        return LoadedEncoder(config, worker, backend_label(config), embedder)
+    if config.kind == "rerank":
+        reranker = RerankModel(RemoteReranker(worker, facts), name, budget)
+        return LoadedEncoder(config, worker, backend_label(config), reranker)
+    return served_model(config, worker, facts)

@@ -1,5 +1,6 @@
-"""A model config in, a loaded model out: the backend chosen, opened, warmed up, its engine
-started, and its chat template, parsers and sampling defaults resolved once."""
+"""A model config in, a loaded text engine out (in the model's worker process): the backend
+chosen, opened, warmed up, its engine started, and its chat template, parsers and sampling
+defaults resolved once. The other kinds open in their workers through `models/services.py`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from mlxcel.backends.embeddings import EncoderOptions, folder_engine
+from mlxcel.backends.embeddings import folder_engine
 from mlxcel.chat_templates import BUILTIN_TEMPLATES, CHATML, builtin_for
 from mlxcel.config import ModelConfig
 from mlxcel.engine.metrics import RecordsMetrics
@@ -16,25 +17,17 @@ from mlxcel.engine.sampling import SamplingDefaults, model_defaults
 from mlxcel.engine.scheduler import Scheduler, SchedulerLimits
 from mlxcel.engine.speculative import SpeculativeConfig
 from mlxcel.engine.types import ChatTemplate, TextGenerator
-from mlxcel.models.audio import (
-    AUDIO_KINDS,
-    SpeechModel,
-    TranscriptionModel,
-    engine_label,
-    load_audio_model,
-)
+from mlxcel.models.audio import AUDIO_KINDS, engine_label
 from mlxcel.models.images import IMAGE_BACKEND, ImageModel, load_image_model
-from mlxcel.models.loaded import LoadedEncoder
 from mlxcel.parsers.tools import detect_parser
 from mlxcel.progress import progress
-from mlxcel.serving.encoders import load_embedding_model, load_rerank_model
 from mlxcel.serving.reasoning import reasoning_parser_name
 
 logger = logging.getLogger(__name__)
 
 ENCODER_KINDS = frozenset({"embedding", "rerank"})
-# The kinds that load in the HTTP process; text and vision models each run in a worker.
-IN_PROCESS_KINDS = ENCODER_KINDS | AUDIO_KINDS | {"image"}
+# The kinds that load in the HTTP process; every other kind runs in a worker per model.
+IN_PROCESS_KINDS = frozenset({"image"})
 
 
 def choose_backend(model: Path, requested: str) -> str:
@@ -62,25 +55,6 @@ def backend_label(config: ModelConfig) -> str:
             else folder_engine(config.embedding_engine, config.model, config.kind == "rerank")
         )
     return "mlx" if choose_backend(config.model, config.backend) == "mlx" else "llama.cpp"
-
-
-def _load_encoder(config: ModelConfig) -> LoadedEncoder:
-    """An embedding or rerank model, its batcher started."""
-    options = EncoderOptions(
-        config.threads, config.embedding_batch_tokens, config.ctx_size, config.embedding_engine
-    )
-    name = config.served_name
-    opened = load_embedding_model if config.kind == "embedding" else load_rerank_model
-    with progress(f"loading {config.model.name}"):
-        encoder = opened(config.model, options, name)
-    logger.info(
-        "serving %s as '%s' (%s, %d tokens at most)",
-        "embeddings" if config.kind == "embedding" else "reranking",
-        name,
-        encoder.info.engine,
-        encoder.info.max_tokens,
-    )
-    return LoadedEncoder(config, backend_label(config), encoder)
 
 
 def _open_llamacpp(config: ModelConfig) -> TextGenerator:
@@ -131,15 +105,9 @@ def _open_mlx(config: ModelConfig) -> TextGenerator:
         return MlxGenerator(config.model, options)
 
 
-def load_in_process(
-    config: ModelConfig,
-) -> LoadedEncoder | TranscriptionModel | SpeechModel | ImageModel:
-    """Load an embedding, rerank, audio or image model, which serve in the HTTP process."""
-    if config.kind == "image":
-        return load_image_model(config)
-    if config.kind in AUDIO_KINDS:
-        return load_audio_model(config)
-    return _load_encoder(config)
+def load_in_process(config: ModelConfig) -> ImageModel:
+    """Load an image model, which serves in the HTTP process."""
+    return load_image_model(config)
 
 
 @dataclass

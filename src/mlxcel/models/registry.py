@@ -2,11 +2,11 @@
 
 A route asks for a model by name and capability; the registry answers with a loaded model,
 loading it first when it is on demand or was unloaded, and holds a lease on it until the
-request is done so that it is never unloaded under a request. Each loaded text or vision
+request is done so that it is never unloaded under a request. Each loaded model but an image
 model lives in a worker process of its own (`models/remote.py`): loading starts it, unloading
-ends it, and one that dies is `failed` until its next request starts it again. Embedding,
-rerank and audio models load in this process. All state changes happen on the event loop;
-loading, and starting and stopping workers, run on a thread.
+ends it, and one that dies is `failed` until its next request starts it again. Image models
+load in this process. All state changes happen on the event loop; loading, and starting and
+stopping workers, run on a thread.
 """
 
 from __future__ import annotations
@@ -21,14 +21,15 @@ from typing import Literal
 
 from mlxcel.config import ModelConfig
 from mlxcel.engine.metrics import EngineMetrics
+from mlxcel.models.images import ImageModel
 from mlxcel.models.loaded import (
     CAPABILITIES,
     CAPABILITY_FLAGS,
     CAPABILITY_NAMES,
     Capability,
+    InWorker,
     Loaded,
-    LoadedModel,
-    served_model,
+    served,
 )
 from mlxcel.models.loader import IN_PROCESS_KINDS, load_in_process
 from mlxcel.models.memory import mib, resident_bytes, weights_bytes
@@ -98,7 +99,8 @@ class ModelEntry:
     @property
     def pid(self) -> int | None:
         """The process id of the model's worker, while one serves it."""
-        return self.model.worker.pid if isinstance(self.model, LoadedModel) else None
+        model = self.model
+        return None if model is None or isinstance(model, ImageModel) else model.worker.pid
 
     @property
     def capabilities(self) -> tuple[Capability, ...]:
@@ -285,18 +287,18 @@ class ModelRegistry:
         return None
 
     async def _open(self, entry: ModelEntry) -> tuple[Loaded, int | None]:
-        """Load the model (a text or vision model in a worker process of its own, the other
-        kinds in this one) and measure what it takes."""
+        """Load the model (in a worker process of its own, an image model in this one) and
+        measure what it takes."""
         if entry.config.kind not in IN_PROCESS_KINDS:
             loop = asyncio.get_running_loop()
-            served = await asyncio.to_thread(self._start_worker, entry, loop)
-            return served, served.worker.resident_bytes()
+            model = await asyncio.to_thread(self._start_worker, entry, loop)
+            return model, model.worker.resident_bytes()
         before = resident_bytes()
-        model = await asyncio.to_thread(load_in_process, entry.config)
+        image_model = await asyncio.to_thread(load_in_process, entry.config)
         after = resident_bytes()
-        return model, None if before is None or after is None else max(0, after - before)
+        return image_model, None if before is None or after is None else max(0, after - before)
 
-    def _start_worker(self, entry: ModelEntry, loop: asyncio.AbstractEventLoop) -> LoadedModel:
+    def _start_worker(self, entry: ModelEntry, loop: asyncio.AbstractEventLoop) -> InWorker:
         """Start the model's worker process and wait for the model to load there (a thread)."""
         config = entry.config
 
@@ -305,16 +307,19 @@ class ModelRegistry:
 
         setup = Setup(config, *self._logging)
         worker, facts = Worker.start(config, setup, self._metrics.bind(entry.name), on_exit)
-        return served_model(config, worker, facts)
+        return served(config, worker, facts)
 
     def _died(self, entry: ModelEntry, worker: Worker, reason: str) -> None:
         """A loaded model's worker ended on its own: the model failed; its next request
         starts it again (within the bounded restart rate)."""
-        if not isinstance(entry.model, LoadedModel) or entry.model.worker is not worker:
+        model = entry.model
+        if model is None or isinstance(model, ImageModel) or model.worker is not worker:
             return
         entry.model, entry.state, entry.reason = None, "failed", reason
         entry.failures.append(time.monotonic())
         logger.error("model '%s' failed: %s", entry.name, reason)
+        # What the model kept in this process (an encoder's batcher thread) goes with it.
+        asyncio.get_running_loop().run_in_executor(None, model.close)
 
     async def _make_room(self, entry: ModelEntry) -> None:
         """Unload idle unpinned models, least recently used first, until `entry` fits the

@@ -171,12 +171,16 @@ class Service(Protocol):
 
 def open_service(config: ModelConfig, outbox: Outbox) -> Service:
     """Load the model the config names and serve it as its kind does."""
-    from mlxcel.models.text_service import TextService
+    if config.kind in ("text", "vision"):
+        from mlxcel.models.text_service import TextService
 
-    return TextService.open(config, ForwardedMetrics(outbox))
+        return TextService.open(config, ForwardedMetrics(outbox))
+    from mlxcel.models.services import open_model_service
+
+    return open_model_service(config)
 
 
-def _picklable(error: BaseException) -> BaseException:
+def picklable(error: BaseException) -> BaseException:
     """The error itself when it can cross to the HTTP process, else one that says the same."""
     try:
         pickle.dumps(error)
@@ -220,7 +224,7 @@ class Dispatcher:
                     raise AttributeError(f"no call named '{call.method}'")
                 value = getattr(self._service, call.method)(*call.args)
             except Exception as exc:
-                self._outbox.put(Raised(call.id, _picklable(exc)))
+                self._outbox.put(Raised(call.id, picklable(exc)))
                 return
         self._outbox.put(Reply(call.id, value))
 
@@ -241,7 +245,7 @@ class Dispatcher:
                 raise AttributeError(f"no stream named '{stream.method}'")
             getattr(self._service, stream.method)(sinks, *stream.args)
         except Exception as exc:
-            error = _picklable(exc)
+            error = picklable(exc)
             for stream_id in stream.ids:
                 self._sinks.pop(stream_id, None)
                 self._outbox.put(Raised(stream_id, error))

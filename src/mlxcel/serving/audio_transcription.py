@@ -11,6 +11,7 @@ from typing import Any
 from mlxcel.backends.audio.decode import AudioError, DecodedAudio, decode_audio
 from mlxcel.backends.audio.transcript import Segment, Task, TranscribeJob, TranscriptInfo
 from mlxcel.models.audio import TranscriptionModel
+from mlxcel.models.remote import WorkerGone
 from mlxcel.protocol.audio import TranscriptionForm
 from mlxcel.serving.audio_formats import (
     Transcript,
@@ -20,7 +21,7 @@ from mlxcel.serving.audio_formats import (
     vtt,
     word_logprobs,
 )
-from mlxcel.serving.errors import APIError, invalid_request
+from mlxcel.serving.errors import APIError, invalid_request, model_unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -116,5 +117,10 @@ async def transcript_events(
 
 def stream_error(exc: Exception, _last: dict[str, Any]) -> dict[str, Any]:
     """The event that ends a stream that failed after its first event."""
-    error = exc if isinstance(exc, APIError) else APIError(500, "transcription failed")
+    if isinstance(exc, APIError):
+        error = exc
+    elif isinstance(exc, WorkerGone):
+        error = model_unavailable(f"{exc}; retry the request")
+    else:
+        error = APIError(500, "transcription failed")
     return {"type": "error", **error.body()}

@@ -1,26 +1,18 @@
 """The embedding and rerank capabilities of a loaded model: its engine behind a batcher that
 packs concurrent requests into shared forward passes, tokenizing off the event loop.
 
-Inputs and outputs are plain data (strings, token-id lists, numpy arrays), so the engine side
-can move into a worker process without changing the routes."""
+Inputs and outputs are plain data (strings, token-id lists, numpy arrays): the engine is the
+model's worker process (`models/proxies.py`), one batch per call."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from mlxcel.backends.embeddings import (
-    Embedder,
-    EncoderInfo,
-    EncoderOptions,
-    Reranker,
-    open_embedder,
-    open_reranker,
-)
+from mlxcel.backends.embeddings import Embedder, EncoderInfo, Reranker
 from mlxcel.config import (
     DEFAULT_EMBEDDING_MAX_INPUTS,
     DEFAULT_EMBEDDING_MAX_TOKENS,
@@ -90,13 +82,3 @@ class RerankModel:
         """Stop the batcher and free the weights."""
         self._batcher.stop()
         self._engine.close()
-
-
-def load_embedding_model(path: Path, options: EncoderOptions, name: str) -> EmbeddingModel:
-    """Open an embedding model and start its batcher."""
-    return EmbeddingModel(open_embedder(path, options), name, options.batch_tokens)
-
-
-def load_rerank_model(path: Path, options: EncoderOptions, name: str) -> RerankModel:
-    """Open a reranker and start its batcher."""
-    return RerankModel(open_reranker(path, options), name, options.batch_tokens)

@@ -67,3 +67,8 @@ def server_busy(message: str) -> APIError:
 def shutting_down(message: str) -> APIError:
     """A 503: the server stopped the work in flight as it shuts down."""
     return APIError(503, message, code="shutting_down")
+
+
+def model_unavailable(message: str) -> APIError:
+    """A 503 that says retry: the model's worker died under the request, or it cannot load."""
+    return APIError(503, message, code="model_unavailable", headers={"Retry-After": "1"})

@@ -24,7 +24,13 @@ from mlxcel.logs import current_request
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.models.textgen import MODEL_UNAVAILABLE
 from mlxcel.protocol.common import SamplingFields
-from mlxcel.serving.errors import APIError, invalid_request, server_busy, shutting_down
+from mlxcel.serving.errors import (
+    APIError,
+    invalid_request,
+    model_unavailable,
+    server_busy,
+    shutting_down,
+)
 from mlxcel.serving.sampling import logit_bias, sampling_params
 from mlxcel.serving.tokens import check_vocabulary, detokenize_ids
 
@@ -193,7 +199,7 @@ def prepare_choices(
 
 def _engine_error(error: EngineError, constraint_param: str | None) -> APIError:
     if error.code == MODEL_UNAVAILABLE:
-        return APIError(503, str(error), code=MODEL_UNAVAILABLE, headers={"Retry-After": "1"})
+        return model_unavailable(str(error))
     if error.code == "server_busy":
         return server_busy(str(error))
     if error.code == "shutting_down":

@@ -26,6 +26,7 @@ def _listed(entry: ModelEntry, request: Request) -> dict[str, Any]:
         "backend": backend_label(config),
         "memory_bytes": entry.size,
         "pid": entry.pid,
+        "requests": entry.leases,
     }
     if request.app.state.api_keys:
         meta["path"] = str(config.model)

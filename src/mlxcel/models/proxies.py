@@ -1,0 +1,162 @@
+"""Embedding, rerank, transcription and speech engines across the process boundary, as the
+HTTP process serves them.
+
+Each is its kind's capability class (`Embedder`, `Reranker`, `Transcriber`, `Synthesizer`)
+over the model's worker: what the worker sent once is kept, an encoder's methods are calls, an
+audio engine's iterators are streams read one item at a time (closing one early cancels it in
+the worker). Closing one ends the worker. The worker's side is `models/services.py`.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mlxcel.backends.audio.speech import SpeechJob, Voice
+from mlxcel.backends.audio.transcript import Segment, TranscribeJob, TranscriptInfo
+from mlxcel.backends.embeddings import EncoderInfo
+from mlxcel.models.remote import Worker
+
+
+@dataclass(frozen=True)
+class StreamEnd:
+    """The last item of an iterator's stream: it ran out, or raised `error`."""
+
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class TranscriberFacts:
+    """What the HTTP process keeps of a transcription model."""
+
+    multilingual: bool
+    parallel: int
+
+
+@dataclass(frozen=True)
+class SynthesizerFacts:
+    """What the HTTP process keeps of a speech model: its voices as they were at load."""
+
+    sample_rate: int
+    default_voice: str
+    voices: tuple[Voice, ...]
+
+
+class _Items:
+    """A stream's items, queued by the worker's reader thread for the thread reading them."""
+
+    def __init__(self) -> None:
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def deliver(self, item: Any) -> None:
+        self.queue.put(item)
+
+    def fail(self, error: BaseException) -> None:
+        self.queue.put(StreamEnd(error))
+
+
+def streamed(worker: Worker, method: str, *args: Any) -> Iterator[Any]:
+    """The items of a worker's stream, each as it comes (blocking: read it on a thread); the
+    stream's error, WorkerGone included, is raised where it ends."""
+    items = _Items()
+    (stream_id,) = worker.stream(method, args, [items])
+    ended = False
+    try:
+        while True:
+            item = items.queue.get()
+            if isinstance(item, StreamEnd):
+                ended = True
+                if item.error is not None:
+                    raise item.error
+                return
+            yield item
+    finally:
+        if not ended:
+            worker.cancel(stream_id)
+
+
+class _Remote:
+    """An engine in a worker: closing it ends the worker (and frees every byte of the model)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+
+    def close(self) -> None:
+        self._worker.stop()
+
+
+class RemoteEmbedder(_Remote):
+    """`Embedder` in a worker."""
+
+    def __init__(self, worker: Worker, info: EncoderInfo) -> None:
+        super().__init__(worker)
+        self.info = info
+
+    def tokenize(self, texts: list[str]) -> list[list[int]]:
+        tokens: list[list[int]] = self._worker.call("tokenize", texts)
+        return tokens
+
+    def embed(self, batch: list[list[int]]) -> list[np.ndarray]:
+        vectors: list[np.ndarray] = self._worker.call("embed", batch)
+        return vectors
+
+
+class RemoteReranker(_Remote):
+    """`Reranker` in a worker."""
+
+    def __init__(self, worker: Worker, info: EncoderInfo) -> None:
+        super().__init__(worker)
+        self.info = info
+
+    def tokenize_pairs(self, query: str, documents: list[str]) -> list[list[int]]:
+        tokens: list[list[int]] = self._worker.call("tokenize_pairs", query, documents)
+        return tokens
+
+    def score(self, batch: list[list[int]]) -> list[float]:
+        scores: list[float] = self._worker.call("score", batch)
+        return scores
+
+
+class RemoteTranscriber(_Remote):
+    """`Transcriber` in a worker."""
+
+    def __init__(self, worker: Worker, facts: TranscriberFacts) -> None:
+        super().__init__(worker)
+        self._facts = facts
+
+    @property
+    def multilingual(self) -> bool:
+        return self._facts.multilingual
+
+    @property
+    def parallel(self) -> int:
+        return self._facts.parallel
+
+    def transcribe(self, job: TranscribeJob) -> Iterator[TranscriptInfo | Segment]:
+        return streamed(self._worker, "transcribe", job)
+
+
+class RemoteSynthesizer(_Remote):
+    """`Synthesizer` in a worker."""
+
+    def __init__(self, worker: Worker, facts: SynthesizerFacts) -> None:
+        super().__init__(worker)
+        self._facts = facts
+
+    @property
+    def sample_rate(self) -> int:
+        return self._facts.sample_rate
+
+    @property
+    def default_voice(self) -> str:
+        return self._facts.default_voice
+
+    def voices(self) -> list[Voice]:
+        return list(self._facts.voices)
+
+    def synthesize(self, job: SpeechJob) -> Iterator[np.ndarray]:
+        return streamed(self._worker, "synthesize", job)

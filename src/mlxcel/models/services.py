@@ -1,0 +1,191 @@
+"""Embedding, rerank, transcription and speech models as their worker processes serve them
+(`models/worker.py`'s `Service`).
+
+Each opens its engine in the worker, tells the HTTP process its facts once, and answers the
+engine's narrow capability methods: an encoder's as calls (`tokenize`, `embed`,
+`tokenize_pairs`, `score`: one batch per call, batched across requests in the HTTP process),
+an audio model's iterators as streams (`transcribe`: the info, then each segment;
+`synthesize`: each sentence's samples), one item per step, closed by `StreamEnd`. The HTTP
+process's side is `models/proxies.py`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from mlxcel.backends.audio.speech import SpeechJob, Synthesizer
+from mlxcel.backends.audio.transcript import Segment, TranscribeJob, Transcriber, TranscriptInfo
+from mlxcel.backends.embeddings import (
+    Embedder,
+    EncoderInfo,
+    EncoderOptions,
+    Reranker,
+    open_embedder,
+    open_reranker,
+)
+from mlxcel.config import ModelConfig
+from mlxcel.models.audio import open_synthesizer, open_transcriber
+from mlxcel.models.proxies import StreamEnd, SynthesizerFacts, TranscriberFacts
+from mlxcel.models.worker import StreamSink, picklable
+from mlxcel.progress import progress
+
+logger = logging.getLogger(__name__)
+
+
+class Service:
+    """What the services here share: streams are iterators run on a thread each."""
+
+    calls: frozenset[str] = frozenset()
+    streams: frozenset[str] = frozenset()
+
+    def is_last(self, item: Any) -> bool:
+        """Whether a stream's item closes it."""
+        return isinstance(item, StreamEnd)
+
+    @staticmethod
+    def iterate(sinks: Sequence[StreamSink], steps: Iterator[Any]) -> None:
+        """Send each item of `steps` to the stream's one sink, on a thread of its own, until it
+        runs out, raises, or the stream is cancelled."""
+        (sink,) = sinks
+
+        def run() -> None:
+            try:
+                for item in steps:
+                    if sink.cancelled:
+                        break
+                    sink.deliver(item)
+            except Exception as exc:
+                logger.exception("a stream of the model failed")
+                sink.deliver(StreamEnd(picklable(exc)))
+                return
+            sink.deliver(StreamEnd())
+
+        threading.Thread(target=run, name=f"stream-{sink.stream_id}", daemon=True).start()
+
+
+class EmbeddingService(Service):
+    """An embedding model's engine in its worker."""
+
+    calls = frozenset({"tokenize", "embed"})
+
+    def __init__(self, engine: Embedder) -> None:
+        self._engine = engine
+
+    def facts(self) -> EncoderInfo:
+        """The engine's info."""
+        return self._engine.info
+
+    def tokenize(self, texts: list[str]) -> list[list[int]]:
+        """Each text's token ids."""
+        return self._engine.tokenize(texts)
+
+    def embed(self, batch: list[list[int]]) -> list[np.ndarray]:
+        """Each input's vector (or per-token matrix), one batch."""
+        return self._engine.embed(batch)
+
+    def close(self) -> None:
+        """Free the weights."""
+        self._engine.close()
+
+
+class RerankService(Service):
+    """A reranker's engine in its worker."""
+
+    calls = frozenset({"tokenize_pairs", "score"})
+
+    def __init__(self, engine: Reranker) -> None:
+        self._engine = engine
+
+    def facts(self) -> EncoderInfo:
+        """The engine's info."""
+        return self._engine.info
+
+    def tokenize_pairs(self, query: str, documents: list[str]) -> list[list[int]]:
+        """Each (query, document) pair's token ids."""
+        return self._engine.tokenize_pairs(query, documents)
+
+    def score(self, batch: list[list[int]]) -> list[float]:
+        """Each pair's relevance logit, one batch."""
+        return self._engine.score(batch)
+
+    def close(self) -> None:
+        """Free the weights."""
+        self._engine.close()
+
+
+class TranscriptionService(Service):
+    """A speech-to-text model's engine in its worker."""
+
+    streams = frozenset({"transcribe"})
+
+    def __init__(self, engine: Transcriber) -> None:
+        self._engine = engine
+
+    def facts(self) -> TranscriberFacts:
+        """Whether it translates, and how many transcriptions it runs side by side."""
+        return TranscriberFacts(self._engine.multilingual, self._engine.parallel)
+
+    def transcribe(self, sinks: Sequence[StreamSink], job: TranscribeJob) -> None:
+        """The info, then each segment as it is decoded."""
+        steps: Iterator[TranscriptInfo | Segment] = self._engine.transcribe(job)
+        self.iterate(sinks, steps)
+
+    def close(self) -> None:
+        """Free the weights."""
+        self._engine.close()
+
+
+class SpeechService(Service):
+    """A text-to-speech model's engine in its worker."""
+
+    streams = frozenset({"synthesize"})
+
+    def __init__(self, engine: Synthesizer) -> None:
+        self._engine = engine
+
+    def facts(self) -> SynthesizerFacts:
+        """Its sample rate and voices."""
+        engine = self._engine
+        return SynthesizerFacts(engine.sample_rate, engine.default_voice, tuple(engine.voices()))
+
+    def synthesize(self, sinks: Sequence[StreamSink], job: SpeechJob) -> None:
+        """Each sentence's samples as it is ready."""
+        self.iterate(sinks, self._engine.synthesize(job))
+
+    def close(self) -> None:
+        """Free the weights."""
+        self._engine.close()
+
+
+def open_model_service(
+    config: ModelConfig,
+) -> EmbeddingService | RerankService | TranscriptionService | SpeechService:
+    """Open the engine of an embedding, rerank, transcription or speech model."""
+    if config.kind == "transcription":
+        return TranscriptionService(open_transcriber(config.model, config.threads, config.parallel))
+    if config.kind == "speech":
+        return SpeechService(open_synthesizer(config.model))
+    options = EncoderOptions(
+        config.threads, config.embedding_batch_tokens, config.ctx_size, config.embedding_engine
+    )
+    embeds = config.kind == "embedding"
+    with progress(f"loading {config.model.name}"):
+        service: EmbeddingService | RerankService = (
+            EmbeddingService(open_embedder(config.model, options))
+            if embeds
+            else RerankService(open_reranker(config.model, options))
+        )
+    info = service.facts()
+    logger.info(
+        "serving %s as '%s' (%s, %d tokens at most)",
+        "embeddings" if embeds else "reranking",
+        config.served_name,
+        info.engine,
+        info.max_tokens,
+    )
+    return service
