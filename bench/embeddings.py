@@ -13,6 +13,11 @@
   one at a time (target >= 3x).
 
 Each side runs `--rounds` times, interleaved, and keeps its best round (the machine is shared).
+
+    python bench/embeddings.py --against OTHER/src [--rounds 3]
+
+measures this checkout's server (B) against another source tree's (A), interleaved A/B: 8
+concurrent clients of one sentence each, and batches of 32 one at a time; the medians and B/A.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -40,6 +46,9 @@ BATCH = 32
 OURS = "mlxcel /v1/embeddings"
 INFINITY = "infinity-emb /embeddings"
 CLIENTS = 16
+# The concurrency of the A/B measurement (--against), and its requests per round.
+AB_CLIENTS = 8
+AB_REQUESTS = 128
 TEXT = (
     "the quick brown fox jumps over a lazy dog while people watch from the river bank in the "
     "morning light and a train passes slowly across the old stone bridge"
@@ -134,9 +143,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--infinity", help="infinity_emb executable (default: from PATH)")
+    parser.add_argument(
+        "--against", type=Path, help="another mlxcel source tree: measure the two servers A/B"
+    )
     args = parser.parse_args()
     infinity = args.infinity or shutil.which("infinity_emb")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.against is not None:
+        boundary(args)
+        return
     from mlxcel.weights import default_embedding_model
 
     model_dir = default_embedding_model()
@@ -186,6 +201,52 @@ def main() -> None:
                 server.terminate()
                 server.wait(timeout=30)
     report(best, serial_s, concurrent_s, args)
+
+
+def boundary(args: argparse.Namespace) -> None:
+    """This checkout's server (B) against the one in --against (A), both up, measured in turn."""
+    here = Path(__file__).resolve().parent.parent / "src"
+    singles = sentences(AB_REQUESTS, seed=2)
+    texts = sentences(args.sentences)
+    servers = {}
+    try:
+        for name, src in (("A", args.against), ("B", here)):
+            port = _free_port()
+            command = [sys.executable, "-m", "mlxcel.cli", "serve", "--port", str(port)]
+            command += ["--threads", str(args.threads), "--embedding-model", "default"]
+            servers[name] = (_start(command, port, "/health", src), port)
+        runs: dict[str, list[tuple[float, float]]] = {"A": [], "B": []}
+        with httpx.Client(timeout=600, limits=httpx.Limits(max_connections=AB_CLIENTS)) as http:
+            for round_ in range(1, args.rounds + 1):
+                for name, (_, port) in servers.items():
+                    url = f"http://127.0.0.1:{port}/v1/embeddings"
+
+                    def post(batch: list[str], url: str = url) -> object:
+                        return http.post(url, json={"input": batch}).raise_for_status()
+
+                    post(texts[:BATCH])
+                    with ThreadPoolExecutor(AB_CLIENTS) as pool:
+                        began = time.perf_counter()
+                        list(pool.map(lambda s: post([s]), singles))
+                        concurrent = len(singles) / (time.perf_counter() - began)
+                    figures = (concurrent, rate(post, texts))
+                    runs[name].append(figures)
+                    print(
+                        f"round {round_} {name}: {figures[0]:.1f} sentences/s from "
+                        f"{AB_CLIENTS} concurrent single-sentence clients, {figures[1]:.1f} at "
+                        f"batch {BATCH}",
+                        flush=True,
+                    )
+    finally:
+        for process, _ in servers.values():
+            process.terminate()
+            process.wait(timeout=30)
+    med = {n: [statistics.median(f[i] for f in runs[n]) for i in range(2)] for n in runs}
+    print(f"medians, B/A (B: this checkout, A: {args.against}):")
+    labels = (f"{AB_CLIENTS} concurrent clients", f"batch {BATCH}, one at a time")
+    for i, label in enumerate(labels):
+        b, a = med["B"][i], med["A"][i]
+        print(f"  {label + ':':30}{b:.1f} / {a:.1f} = {b / a:.3f}x")
 
 
 def report(best: dict[str, float], serial_s: float, concurrent_s: float, args: object) -> None:

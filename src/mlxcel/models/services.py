@@ -37,7 +37,7 @@ from mlxcel.progress import progress
 logger = logging.getLogger(__name__)
 
 
-class Service:
+class EngineService:
     """What the services here share: streams are iterators run on a thread each."""
 
     calls: frozenset[str] = frozenset()
@@ -68,7 +68,7 @@ class Service:
         threading.Thread(target=run, name=f"stream-{sink.stream_id}", daemon=True).start()
 
 
-class EmbeddingService(Service):
+class EmbeddingService(EngineService):
     """An embedding model's engine in its worker."""
 
     calls = frozenset({"tokenize", "embed"})
@@ -93,7 +93,7 @@ class EmbeddingService(Service):
         self._engine.close()
 
 
-class RerankService(Service):
+class RerankService(EngineService):
     """A reranker's engine in its worker."""
 
     calls = frozenset({"tokenize_pairs", "score"})
@@ -118,7 +118,7 @@ class RerankService(Service):
         self._engine.close()
 
 
-class TranscriptionService(Service):
+class TranscriptionService(EngineService):
     """A speech-to-text model's engine in its worker."""
 
     streams = frozenset({"transcribe"})
@@ -140,7 +140,7 @@ class TranscriptionService(Service):
         self._engine.close()
 
 
-class SpeechService(Service):
+class SpeechService(EngineService):
     """A text-to-speech model's engine in its worker."""
 
     streams = frozenset({"synthesize"})

@@ -41,7 +41,7 @@ from mlxcel.models.wire import (
 
 logger = logging.getLogger(__name__)
 
-# Calls (tokenizing, /slots) that may run at once in one worker.
+# Calls (tokenizing, /slots, an encoder's batches) that may run at once in one worker.
 CALL_THREADS = 4
 
 
