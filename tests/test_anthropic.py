@@ -491,6 +491,14 @@ def test_bad_json_and_the_sdk_error_classes(
         _create(claude, messages=[{"role": "user", "content": [IMAGE]}])
     assert bad.value.status_code == 400
     assert "model does not support image input" in bad.value.message
+    # Messages that hold nothing (found by schemathesis: once a 500 on count_tokens).
+    empty = [{"role": "user", "content": []}]
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        claude.messages.count_tokens(model="any", messages=empty)
+    assert "the messages hold nothing to send" in bad.value.message
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        _create(claude, messages=empty)
+    assert "the messages hold nothing to send" in bad.value.message
 
 
 @pytest.fixture(scope="module")

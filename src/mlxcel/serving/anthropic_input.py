@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import ValidationError
+
 from mlxcel.protocol.anthropic import (
     Block,
     CountTokensRequest,
@@ -242,9 +244,21 @@ def _response_format(request: CountTokensRequest) -> dict[str, Any] | None:
 
 def chat_request(request: CountTokensRequest) -> ChatCompletionRequest:
     """The chat completions request the Messages request stands for."""
+    try:
+        return _chat_request(request)
+    except ValidationError as exc:
+        # What the Messages API takes and chat does not: a 400 naming it, never a 500.
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        raise invalid_request(f"'{where}': {first.get('msg', 'invalid value')}", where) from None
+
+
+def _chat_request(request: CountTokensRequest) -> ChatCompletionRequest:
     check_supported(request)
     sampling = request.model_dump(include=set(SamplingFields.model_fields), exclude_unset=True)
     messages = [*_system(request), *chat_messages(request.messages)]
+    if not messages:
+        raise invalid_request("the messages hold nothing to send: every one is empty", "messages")
     # A final assistant message is a prefill: the model carries on from its text.
     prefill = request.messages[-1].role == "assistant"
     tools = [
