@@ -17,7 +17,8 @@ from prometheus_client import CollectorRegistry
 
 from mlxcel.config import ModelConfig
 from mlxcel.engine.metrics import EngineMetrics
-from mlxcel.models.registry import MissingCapability, ModelNotFound, ModelRegistry
+from mlxcel.models.entry import MissingCapability, ModelNotFound
+from mlxcel.models.registry import ModelRegistry
 from tests._client_util import default_gguf
 from tests.conftest import LLAMA_DIR, start
 from tests.server_process import MLXCEL, ServerProcess

@@ -23,9 +23,10 @@ from mlxcel.api.connections import ConnectionLimits, file_limit_for, guarded_pro
 from mlxcel.api.shutdown import ABORT_GRACE_S, DrainingServer
 from mlxcel.config import ServerConfig
 from mlxcel.engine.metrics import EngineMetrics
+from mlxcel.models.entry import ModelUnavailable
 from mlxcel.models.images import ImageModel
 from mlxcel.models.loaded import LoadedModel
-from mlxcel.models.registry import ModelRegistry, ModelUnavailable
+from mlxcel.models.registry import ModelRegistry
 
 logger = logging.getLogger(__name__)
 

@@ -9,15 +9,10 @@ from fastapi import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mlxcel.logs import current_request
+from mlxcel.models.entry import MissingCapability, ModelEntry, ModelNotFound, ModelUnavailable
 from mlxcel.models.images import ImageModel
 from mlxcel.models.loaded import TEXT, Capability, Loaded, LoadedEncoder, LoadedModel
-from mlxcel.models.registry import (
-    MissingCapability,
-    ModelEntry,
-    ModelNotFound,
-    ModelRegistry,
-    ModelUnavailable,
-)
+from mlxcel.models.registry import ModelRegistry
 from mlxcel.serving.errors import APIError, model_unavailable
 
 _LEASES = "model_leases"

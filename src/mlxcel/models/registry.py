@@ -14,16 +14,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Literal
 
 from mlxcel.config import ModelConfig
 from mlxcel.engine.metrics import EngineMetrics
+from mlxcel.models.entry import (
+    RESTART_WINDOW_S,
+    RESTARTS_PER_WINDOW,
+    MissingCapability,
+    ModelBusy,
+    ModelEntry,
+    ModelNotFound,
+    ModelUnavailable,
+    NoRoom,
+)
 from mlxcel.models.images import ImageModel
 from mlxcel.models.loaded import (
-    CAPABILITIES,
     CAPABILITY_FLAGS,
     CAPABILITY_NAMES,
     Capability,
@@ -32,7 +38,7 @@ from mlxcel.models.loaded import (
     served,
 )
 from mlxcel.models.loader import IN_PROCESS_KINDS, load_in_process
-from mlxcel.models.memory import mib, resident_bytes, weights_bytes
+from mlxcel.models.memory import mib, resident_bytes
 from mlxcel.models.remote import Worker
 from mlxcel.models.wire import Setup
 
@@ -41,98 +47,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL_NAMES = frozenset({"default", ""})
 # Unknown model names logged (each once) before the log stops naming new ones.
 _LOGGED_STAND_INS = 64
-# A model that failed may be loaded again this many times per window before its requests are
-# answered with the failure until the window passes.
-RESTARTS_PER_WINDOW = 3
-RESTART_WINDOW_S = 60.0
 # How often the idle watcher looks, at most and at least.
 IDLE_POLL_MAX_S = 1.0
 IDLE_POLL_MIN_S = 0.05
-
-State = Literal["unloaded", "loading", "loaded", "unloading", "failed"]
-
-
-class ModelNotFound(LookupError):
-    """No configured model answers to the requested name (404)."""
-
-
-class MissingCapability(LookupError):
-    """The named model cannot do what the route does (400)."""
-
-
-class ModelUnavailable(Exception):
-    """The model cannot serve right now: it failed, or its load took too long (503)."""
-
-
-class NoRoom(Exception):
-    """Loading a model would go past --max-memory and nothing idle can be unloaded."""
-
-
-class ModelBusy(Exception):
-    """The model has requests running, so it cannot be unloaded now (409)."""
-
-
-@dataclass
-class ModelEntry:
-    """One configured model: its config, its state, and the loaded model when there is one."""
-
-    config: ModelConfig
-    state: State = "unloaded"
-    reason: str | None = None
-    """Why the last load failed, when `state` is `failed`."""
-    model: Loaded | None = None
-    leases: int = 0
-    """Requests holding the model: running, queued, or waiting for it to load."""
-    last_used: float = field(default_factory=time.monotonic)
-    task: asyncio.Future[str | None] | None = None
-    """The load or unload in progress; it ends with why a load failed, or None."""
-    failures: deque[float] = field(default_factory=deque)
-    size: int | None = None
-    """What the model took when it last loaded, measured: its worker's resident memory (or
-    what this process grew by, for a kind that loads in it)."""
-
-    @property
-    def name(self) -> str:
-        """The served name."""
-        return self.config.served_name
-
-    @property
-    def pid(self) -> int | None:
-        """The process id of the model's worker, while one serves it."""
-        model = self.model
-        return None if model is None or isinstance(model, ImageModel) else model.worker.pid
-
-    @property
-    def capabilities(self) -> tuple[Capability, ...]:
-        """What the model can do."""
-        # A text model given a vision projector is a vision model.
-        kind = "vision" if self.config.mmproj is not None else self.config.kind
-        return CAPABILITIES[kind]
-
-    def answers_to(self, name: str) -> bool:
-        """Whether a request's `model` field means this model."""
-        return name in (*self.config.names, str(self.config.model), self.config.model.name)
-
-    @property
-    def expected_size(self) -> int:
-        """What loading the model will take: its measured size, else its weights on disk."""
-        return self.size if self.size is not None else weights_bytes(self.config.model)
-
-    @property
-    def evictable(self) -> bool:
-        """Loaded, idle and unpinned: it may be unloaded to make room."""
-        return (
-            self.state == "loaded"
-            and self.task is None
-            and self.leases == 0
-            and not self.config.pinned
-        )
-
-    def may_restart(self, now: float) -> bool:
-        """Whether a failed model may try loading again (a bounded rate of restarts)."""
-        while self.failures and now - self.failures[0] > RESTART_WINDOW_S:
-            self.failures.popleft()
-        return len(self.failures) < RESTARTS_PER_WINDOW
 
 
 class ModelRegistry:

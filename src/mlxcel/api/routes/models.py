@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends, Request
 
 from mlxcel.api.auth import require_api_key
 from mlxcel.api.state import entry_for, loaded_registry, unavailable
+from mlxcel.models.entry import ModelBusy, ModelEntry, ModelUnavailable
 from mlxcel.models.loader import backend_label
-from mlxcel.models.registry import ModelBusy, ModelEntry, ModelUnavailable
 from mlxcel.protocol.models import ModelAction
 from mlxcel.serving.errors import APIError
 
