@@ -57,7 +57,7 @@ def in_process(generator: LlamaCppGenerator, data: bytes, question: str) -> floa
     """The generator's own TTFT for one image under `question`, its slot emptied after."""
     began = time.perf_counter()
     decoded = decode(data, 1 << 30)
-    tokens, spans = generator.tokenize_with_images(prompt(question), [decoded])
+    tokens, spans = generator.tokenize_with_media(prompt(question), [decoded])
     generator.open_slot(0, GREEDY)
     fed, sample = 0, None
     while sample is None:

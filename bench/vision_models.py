@@ -11,13 +11,17 @@ seeded random (normal * 0.02, norms 1), F32, written with gguf-py; prints the pa
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from bench.models import CACHE_DIR, WEIGHT_STD, digest, seeded_normal, write_once
 from gguf import GGUFWriter
+
+Writer = Callable[[Any, Path, int], None]
+"""Writes a projector of a shape to a path with a seed."""
 
 
 @dataclass(frozen=True)
@@ -87,19 +91,29 @@ def write(shape: VisionShape, path: Path, seed: int = 0) -> None:
     writer.add_vision_image_mean([0.5, 0.5, 0.5])
     writer.add_vision_image_std([0.5, 0.5, 0.5])
     writer.add_vision_use_gelu(True)
-    for name, dims in tensors(shape):
-        writer.add_tensor(name, _values(name, dims, seed))
+    finish(writer, ((name, _values(name, dims, seed)) for name, dims in tensors(shape)))
+
+
+def finish(writer: GGUFWriter, named: Iterable[tuple[str, np.ndarray]]) -> None:
+    """Add the tensors to a projector's writer, write the file and close it."""
+    for name, values in named:
+        writer.add_tensor(name, values)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
 
 
-def build(shape: VisionShape, out_dir: Path, seed: int = 0) -> Path:
-    """The projector for `shape`, written unless `out_dir` already holds it."""
-    path = out_dir / f"random-mmproj-{digest(asdict(shape), seed, WEIGHT_STD)}.gguf"
+def cached(prefix: str, shape: Any, out_dir: Path, seed: int, write: Writer) -> Path:
+    """The projector `write` makes of a shape dataclass, unless `out_dir` already holds it."""
+    path = out_dir / f"{prefix}-{digest(asdict(shape), seed, WEIGHT_STD)}.gguf"
     write_once(path, lambda partial: write(shape, partial, seed))
     return path
+
+
+def build(shape: VisionShape, out_dir: Path, seed: int = 0) -> Path:
+    """The projector for `shape`, written unless `out_dir` already holds it."""
+    return cached("random-mmproj", shape, out_dir, seed, write)
 
 
 def main() -> None:

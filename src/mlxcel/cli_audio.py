@@ -17,8 +17,8 @@ def audio_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=defaults.DEFAULT_MAX_AUDIO_SECONDS,
         metavar="S",
-        help="longest audio a transcription or translation may hold, else 400 audio_too_long "
-        "(default: %(default)g)",
+        help="longest audio a transcription or translation may hold, and a chat request's "
+        "input_audio clips together, else 400 audio_too_long (default: %(default)g)",
     )
 
 

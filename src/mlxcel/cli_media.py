@@ -63,7 +63,11 @@ def media_arguments(parser: argparse.ArgumentParser) -> None:
         ("--media-max-images", "max_images", "images in one request"),
         ("--media-max-image-bytes", "max_image_bytes", "encoded bytes of one image"),
         ("--media-max-pixels", "max_pixels", "width x height of one image"),
-        ("--media-max-bytes", "max_total_bytes", "encoded bytes of a request's images together"),
+        (
+            "--media-max-bytes",
+            "max_total_bytes",
+            "encoded bytes of a request's images together (and of its audio clips)",
+        ),
     ):
         add(
             flag,
@@ -82,6 +86,7 @@ def media_policy(args: argparse.Namespace) -> MediaPolicy:
         max_image_bytes=args.max_image_bytes,
         max_pixels=args.max_pixels,
         max_total_bytes=args.max_total_bytes,
+        max_audio_seconds=args.max_audio_seconds,
     )
     return MediaPolicy(
         limits=limits,

@@ -14,7 +14,8 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from mlxcel.logs import LOG_FORMATS
-from mlxcel.media.policy import MediaPolicy
+from mlxcel.media.policy import MediaLimits, MediaPolicy
+from mlxcel.mmproj import projector_modalities
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -55,7 +56,7 @@ DEFAULT_RERANK_MAX_DOCUMENTS = 1000
 DEFAULT_EMBEDDING_BATCH_TOKENS = 8192
 # Longer uploads to the transcription routes are a 400 (an hour: what one request may hold a
 # worker for).
-DEFAULT_MAX_AUDIO_SECONDS = 3600.0
+DEFAULT_MAX_AUDIO_SECONDS = MediaLimits().max_audio_seconds
 # The engine of an embedding or rerank model folder (a GGUF always runs on llama.cpp); auto is
 # ONNX Runtime on Linux, where bench/embeddings.py measured it ahead of torch, MLX
 # (mlx-embeddings) for embeddings on Apple Silicon or an MLX-quantized folder, else torch.
@@ -213,8 +214,10 @@ class ModelConfig:
 
     @property
     def input_modalities(self) -> tuple[str, ...]:
-        """What its prompts may hold, as /v1/models lists it."""
-        return ("text", "image") if self.mmproj is not None or self.kind == "vision" else ("text",)
+        """What its prompts may hold, as /v1/models lists it (a projector's, from its header)."""
+        if self.mmproj is not None:
+            return ("text", *projector_modalities(self.mmproj))
+        return ("text", "image") if self.kind == "vision" else ("text",)
 
     def sampling_flags(self) -> dict[str, float | None]:
         """The sampling defaults set by flag or config (None: not set)."""

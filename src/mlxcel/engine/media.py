@@ -1,13 +1,41 @@
-"""Where a prompt's images sit, for the scheduler: chunks never cut one, reuse never ends in one."""
+"""Where a prompt's media sit, for the scheduler: chunks never cut one, reuse never ends in
+one; and the protocol of a generator whose prompts may hold images or audio."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from mlxcel.engine.types import MediaSpan
+from mlxcel.media.audio import Media
 from mlxcel.media.recent import Recent
+
+
+@runtime_checkable
+class TakesMedia(Protocol):
+    """A generator with a projector: a prompt may hold images or audio clips where its marker
+    is (which of them: `input_modalities`)."""
+
+    @property
+    def media_marker(self) -> str:
+        """The text that stands for one image or clip in a rendered prompt."""
+        ...
+
+    @property
+    def audio_rate(self) -> int | None:
+        """Samples per second a clip is given at; None when the model takes no audio."""
+        ...
+
+    def tokenize_with_media(
+        self, text: str, media: Sequence[Media]
+    ) -> tuple[list[int], tuple[MediaSpan, ...]]:
+        """Tokens for `text` with each marker replaced by its medium's placeholders, and where
+        each sits (an audio clip may be several spans, one per window of its encoder). Any
+        thread may call it (it embeds the media there)."""
+        ...
+
 
 # Embeddings kept for images seen recently (the same picture in the next turn is not embedded
 # again); bounded by count and bytes.

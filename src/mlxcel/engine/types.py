@@ -8,8 +8,6 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from mlxcel.media.images import Image
-
 DRY_BREAKERS = ("\n", ":", '"', "*")
 
 # The stages of llama-server's sampler chain, by its names (`samplers`), in its default order.
@@ -107,7 +105,8 @@ class Sample:
 
 @dataclass(frozen=True)
 class MediaSpan:
-    """An image's place in a prompt: where its tokens start, and their embedding rows.
+    """An image's (or one audio window's) place in a prompt: where its tokens start, and their
+    embedding rows.
 
     Its tokens in the prompt are one placeholder id (`placeholder`, negative, from the image's
     digest), so the prefix cache matches the same image at the same place and nothing else.
@@ -202,7 +201,7 @@ class TextModel(Protocol):
 
     @property
     def input_modalities(self) -> tuple[str, ...]:
-        """What a prompt may hold: ("text",), or ("text", "image") for a vision model."""
+        """What a prompt may hold: "text", and "image" and "audio" where a projector takes them."""
         ...
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
@@ -356,23 +355,6 @@ class SavesState(Protocol):
 
     def load_state(self, slot: int, data: bytes) -> bool:
         """Put saved state into a slot (replacing what it held); False if it did not fit."""
-        ...
-
-
-@runtime_checkable
-class SeesImages(Protocol):
-    """A generator with a vision projector: a prompt may hold images where its marker is."""
-
-    @property
-    def media_marker(self) -> str:
-        """The text that stands for one image in a rendered prompt."""
-        ...
-
-    def tokenize_with_images(
-        self, text: str, images: Sequence[Image]
-    ) -> tuple[list[int], tuple[MediaSpan, ...]]:
-        """Tokens for `text` with each marker replaced by its image's placeholders, and where
-        each image sits. Any thread may call it (it embeds the images there)."""
         ...
 
 

@@ -29,7 +29,11 @@ class MediaLimits:
     max_pixels: int = 32 * MiB
     """Width times height of one image, checked before it is decoded (--media-max-pixels)."""
     max_total_bytes: int = 64 * MiB
-    """Encoded bytes of all a request's media together (--media-max-bytes)."""
+    """Encoded bytes of all a request's images together, and of all its audio clips together
+    (--media-max-bytes)."""
+    max_audio_seconds: float = 3600.0
+    """Seconds of all a request's audio clips together (--max-audio-seconds, which also bounds
+    a transcription)."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """A text-generation model as its worker process serves it (`models/worker.py`'s `Service`).
 
 `TextService` loads the engine, tells the HTTP process its facts once, answers the calls
-`tokenize`, `token_pieces`, `tokenize_with_images`, `slots` and `stop`, and streams `generate`:
+`tokenize`, `token_pieces`, `tokenize_with_media`, `slots` and `stop`, and streams `generate`:
 the scheduler's token events for every sequence of one request, admitted whole or not at all.
 The HTTP process's side is `models/textgen.py`.
 """
@@ -13,16 +13,16 @@ from typing import Any
 
 from mlxcel.config import ModelConfig
 from mlxcel.engine.handle import ends
+from mlxcel.engine.media import TakesMedia
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.slots import SlotState
 from mlxcel.engine.types import (
     FillsInTheMiddle,
     MediaSpan,
     ReportsKvCache,
-    SeesImages,
     TokenEvent,
 )
-from mlxcel.media.images import Image
+from mlxcel.media.audio import Media
 from mlxcel.models.loader import TextEngine, backend_label, load_text_engine
 from mlxcel.models.textgen import TextFacts, TextSequence
 from mlxcel.models.worker import StreamSink
@@ -31,7 +31,7 @@ from mlxcel.models.worker import StreamSink
 class TextService:
     """A text model's engine in its worker."""
 
-    calls = frozenset({"tokenize", "token_pieces", "tokenize_with_images", "slots", "stop"})
+    calls = frozenset({"tokenize", "token_pieces", "tokenize_with_media", "slots", "stop"})
     streams = frozenset({"generate"})
 
     def __init__(self, config: ModelConfig, engine: TextEngine) -> None:
@@ -47,9 +47,9 @@ class TextService:
         """What the HTTP process needs to serve the model."""
         engine, generator = self._engine, self._engine.generator
         fim = generator.fim_tokens if isinstance(generator, FillsInTheMiddle) else None
-        marker = None
-        if "image" in generator.input_modalities and isinstance(generator, SeesImages):
-            marker = generator.media_marker
+        marker, rate = None, None
+        if len(generator.input_modalities) > 1 and isinstance(generator, TakesMedia):
+            marker, rate = generator.media_marker, generator.audio_rate
         kv_cache = generator.kv_cache if isinstance(generator, ReportsKvCache) else None
         return TextFacts(
             backend_label(self._config),
@@ -68,6 +68,7 @@ class TextService:
             engine.chat_template,
             engine.tool_call_parser,
             kv_cache,
+            rate,
         )
 
     def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
@@ -80,15 +81,15 @@ class TextService:
         """The bytes each token stands for."""
         return self._engine.generator.token_pieces(tokens, special=special)
 
-    def tokenize_with_images(
-        self, text: str, images: list[Image]
+    def tokenize_with_media(
+        self, text: str, media: list[Media]
     ) -> tuple[list[int], tuple[MediaSpan, ...]]:
-        """A prompt's tokens with its images laid out, and their spans with the embedding rows
-        (which go back out with the generation)."""
+        """A prompt's tokens with its images and clips laid out, and their spans with the
+        embedding rows (which go back out with the generation)."""
         generator = self._engine.generator
-        if not isinstance(generator, SeesImages):
-            raise ValueError("this model does not read images")
-        return generator.tokenize_with_images(text, images)
+        if not isinstance(generator, TakesMedia):
+            raise ValueError("this model does not read images or audio")
+        return generator.tokenize_with_media(text, media)
 
     def slots(self) -> list[tuple[SlotState, int, int]]:
         """The scheduler's snapshot for /slots."""

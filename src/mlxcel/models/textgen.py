@@ -1,7 +1,7 @@
 """A text-generation model across the process boundary, as the HTTP process serves it.
 
 `RemoteTextModel` answers what serving reads of the model from the facts its worker sent once
-(context, slots, the chat template) and tokenizes, detokenizes and embeds images through calls;
+(context, slots, the chat template) and tokenizes, detokenizes and embeds media through calls;
 `RemoteEngine.submit` returns a `RequestHandle` per sequence, fed by the worker's events, whose
 cancellation travels back. The worker's side is `models/text_service.py`.
 """
@@ -24,7 +24,7 @@ from mlxcel.engine.types import (
     SamplingParams,
     TokenEvent,
 )
-from mlxcel.media.images import Image
+from mlxcel.media.audio import Media
 from mlxcel.models.remote import Worker, WorkerGone
 
 # The engine error code of a request whose model's worker died under it (a 503).
@@ -49,13 +49,15 @@ class TextFacts:
     add_bos: bool
     input_modalities: tuple[str, ...]
     media_marker: str | None
-    """The text that stands for an image in a prompt, for a model that reads images."""
+    """The text that stands for an image or clip in a prompt, for a model that reads media."""
     fim_tokens: FimTokens | None
     defaults: SamplingDefaults
     chat_template: ChatTemplate
     tool_call_parser: str
     kv_cache: KvCacheInfo | None
     """The KV cache's types and bytes, where the engine knows them (/props)."""
+    audio_rate: int | None = None
+    """Samples per second the model's audio projector takes (None: it takes no audio)."""
 
 
 class RemoteTextModel:
@@ -124,9 +126,9 @@ class RemoteFimModel(RemoteTextModel):
         return fim
 
 
-class RemoteVisionModel(RemoteTextModel):
-    """A remote text model that reads images (`SeesImages`): the worker embeds them, and the
-    rows come back in the prompt's media spans, to go out again with its generation."""
+class RemoteMediaModel(RemoteTextModel):
+    """A remote text model that reads images or audio (`TakesMedia`): the worker embeds them,
+    and the rows come back in the prompt's media spans, to go out again with its generation."""
 
     @property
     def media_marker(self) -> str:
@@ -134,26 +136,30 @@ class RemoteVisionModel(RemoteTextModel):
         assert marker is not None
         return marker
 
-    def tokenize_with_images(
-        self, text: str, images: Sequence[Image]
+    @property
+    def audio_rate(self) -> int | None:
+        return self._facts.audio_rate
+
+    def tokenize_with_media(
+        self, text: str, media: Sequence[Media]
     ) -> tuple[list[int], tuple[MediaSpan, ...]]:
         laid_out: tuple[list[int], tuple[MediaSpan, ...]] = self._worker.call(
-            "tokenize_with_images", text, list(images)
+            "tokenize_with_media", text, list(media)
         )
         return laid_out
 
 
-class RemoteFimVisionModel(RemoteFimModel, RemoteVisionModel):
-    """A remote model with fill-in-the-middle tokens that also reads images."""
+class RemoteFimMediaModel(RemoteFimModel, RemoteMediaModel):
+    """A remote model with fill-in-the-middle tokens that also reads images or audio."""
 
 
 def remote_text_model(worker: Worker, facts: TextFacts) -> RemoteTextModel:
     """The serving side of a worker's text model."""
-    fim, vision = facts.fim_tokens is not None, facts.media_marker is not None
-    if fim and vision:
-        return RemoteFimVisionModel(worker, facts)
-    if vision:
-        return RemoteVisionModel(worker, facts)
+    fim, media = facts.fim_tokens is not None, facts.media_marker is not None
+    if fim and media:
+        return RemoteFimMediaModel(worker, facts)
+    if media:
+        return RemoteMediaModel(worker, facts)
     return RemoteFimModel(worker, facts) if fim else RemoteTextModel(worker, facts)
 
 

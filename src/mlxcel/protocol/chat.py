@@ -30,15 +30,23 @@ class ImageURL(Strict):
     ] = None
 
 
+class InputAudio(Strict):
+    """OpenAI's audio part: base64 data (no data: prefix) and its format. The bytes are read
+    for what they are (any container FFmpeg reads); `format` names what the client sent."""
+
+    data: str
+    format: str
+
+
 class ContentPart(Strict):
     """A text, image or audio part (or an earlier answer's refusal part); other kinds are a
-    400 naming them. An image stands in the text as MEDIA_MARKER where it sits."""
+    400 naming them. An image or audio clip stands in the text as MEDIA_MARKER where it sits."""
 
     type: Literal["text", "refusal", "image_url", "input_audio"]
     text: str | None = None
     refusal: str | None = None
     image_url: ImageURL | None = None
-    input_audio: dict[str, Any] | None = None
+    input_audio: InputAudio | None = None
     # Anthropic-style prompt-caching hint that LiteLLM and others pass through.
     cache_control: Annotated[
         dict[str, Any] | None,
@@ -65,11 +73,9 @@ class ContentPart(Strict):
         return self
 
     def content(self) -> str:
-        """The part's text (a refusal part's refusal, an image's marker)."""
-        if self.type == "image_url":
+        """The part's text (a refusal part's refusal, an image's or clip's marker)."""
+        if self.type in ("image_url", "input_audio"):
             return MEDIA_MARKER
-        if self.type == "input_audio":
-            return ""
         return (self.text if self.type == "text" else self.refusal) or ""
 
 

@@ -13,6 +13,7 @@ from pydantic import (
     Tag,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from mlxcel.media.images import MEDIA_MARKER
 from mlxcel.protocol.common import ReasoningEffort, SamplingFields, Strict
@@ -31,6 +32,17 @@ class ContentPart(Strict):
     # Carried by a response's own output parts, so its items can be sent back as input.
     annotations: list[Any] | None = None
     logprobs: list[Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_audio(cls, value: Any) -> Any:
+        if isinstance(value, dict) and value.get("type") == "input_audio":
+            # OpenAI's Responses API takes no audio parts either.
+            raise PydanticCustomError(
+                "unsupported_content_part",
+                "the Responses API takes no input_audio parts: send audio to /v1/chat/completions",
+            )
+        return value
 
     @model_validator(mode="after")
     def _has_its_data(self) -> ContentPart:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mlxcel.media.images import Image
+from mlxcel.media.audio import Media
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.anthropic import CountTokensRequest, MessagesRequest
 from mlxcel.serving.answer import parse_answer
@@ -41,11 +41,11 @@ def prepare_message(
     n_predict: int,
     tool_parser: str,
     reasoning_parser: str,
-    images: Sequence[Image] = (),
+    media: Sequence[Media] = (),
 ) -> MessageJob:
     """Render the request through the chat path; the generation carries the message's id."""
     chat = chat_request(request)
-    job = prepare_chat(model, chat, n_predict, tool_parser, reasoning_parser, images)
+    job = prepare_chat(model, chat, n_predict, tool_parser, reasoning_parser, media)
     message_id = response_id("msg")
     generations = [replace(g, request_id=message_id) for g in job.generations]
     return MessageJob(replace(job, generations=generations), message_id)
@@ -55,10 +55,10 @@ def count_tokens(
     model: LoadedModel,
     request: CountTokensRequest,
     tool_parser: str,
-    images: Sequence[Image] = (),
+    media: Sequence[Media] = (),
 ) -> dict[str, int]:
     """POST /v1/messages/count_tokens: the prompt length /v1/messages would run."""
-    prompt = chat_prompt(model, chat_request(request), tool_parser, images)
+    prompt = chat_prompt(model, chat_request(request), tool_parser, media)
     return {"input_tokens": len(prompt)}
 
 

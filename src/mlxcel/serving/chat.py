@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mlxcel.engine.types import TokenEvent
-from mlxcel.media.images import Image
+from mlxcel.media.audio import Media
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.serving.answer import AnswerStream, parse_answer, renders_special_tokens
@@ -65,10 +65,10 @@ def chat_prompt(
     model: LoadedModel,
     request: ChatCompletionRequest,
     tool_parser: str = "auto",
-    images: Sequence[Image] = (),
+    media: Sequence[Media] = (),
 ) -> list[int]:
     """The prompt tokens for a chat request, through the model's own template."""
-    return prompt_tokens(model, chat_text(model, request, tool_parser), images)[0]
+    return prompt_tokens(model, chat_text(model, request, tool_parser), media)[0]
 
 
 def chat_text(model: LoadedModel, request: ChatCompletionRequest, tool_parser: str) -> str:
@@ -105,14 +105,14 @@ def prepare_chat(
     n_predict: int,
     tool_parser: str,
     reasoning_parser: str,
-    images: Sequence[Image] = (),
+    media: Sequence[Media] = (),
 ) -> ChatJob:
     """One generation per requested choice, sampling resolved; a forced tool call constrained."""
     plan = _plan(model, request, tool_parser)
     text = chat_text(model, request, tool_parser)
     template = model.chat_template.source if model.chat_template else ""
     reasoning = reasoning_parser_name(reasoning_parser, text, template)
-    prompt, media = prompt_tokens(model, text, images)
+    prompt, spans = prompt_tokens(model, text, media)
     generations = prepare_choices(
         model,
         new_id("chatcmpl"),
@@ -121,7 +121,7 @@ def prepare_chat(
         request.token_limit(),
         n_predict,
         "messages",
-        media,
+        spans,
     )
     first = generations[0].params
     grammar, syntax = first.grammar, first.grammar_syntax

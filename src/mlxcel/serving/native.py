@@ -128,10 +128,13 @@ def props(model: LoadedModel, n_predict: int) -> dict[str, Any]:
         "batched_decode": generator.batched,
         "model_alias": model.name,
         "model_path": str(model.path),
-        "modalities": {"vision": "image" in generator.input_modalities, "audio": False},
-        # A prompt's image is evaluated in a llama_decode of its own; the other sequences of
-        # that step still share one.
-        "image_decode": "own_batch" if "image" in generator.input_modalities else None,
+        "modalities": {
+            "vision": "image" in generator.input_modalities,
+            "audio": "audio" in generator.input_modalities,
+        },
+        # A prompt's image (or audio window) is evaluated in a llama_decode of its own; the
+        # other sequences of that step still share one.
+        "image_decode": "own_batch" if len(generator.input_modalities) > 1 else None,
         "chat_template": template.source if template else CHATML,
         "build_info": f"mlxcel {mlxcel.__version__}",
         "is_sleeping": False,

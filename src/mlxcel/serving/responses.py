@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mlxcel.media.images import Image
+from mlxcel.media.audio import Media
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.responses import ResponsesRequest
 from mlxcel.serving.answer import renders_special_tokens
@@ -65,7 +65,7 @@ def prepare_response(
     n_predict: int,
     tool_parser: str = "auto",
     reasoning_parser: str = "auto",
-    images: Sequence[Image] = (),
+    images: Sequence[Media] = (),
     image_urls: tuple[str, ...] = (),
 ) -> ResponseRun:
     """Check the fields, render instructions, history and input, and resolve sampling;
@@ -82,7 +82,7 @@ def prepare_response(
     effort = request.reasoning.effort if request.reasoning else None
     text = prompt_text(template, [*system, *messages], plan, effort)
     reasoning = reasoning_parser_name(reasoning_parser, text, source or "")
-    prompt, media = prompt_tokens(model, text, images, "input")
+    prompt, spans = prompt_tokens(model, text, images, "input")
     generation = prepare(
         model,
         response_id("resp"),
@@ -91,7 +91,7 @@ def prepare_response(
         request.max_output_tokens,
         n_predict,
         "input",
-        media,
+        spans,
     )
     params = generation.params
     if plan is not None and plan.grammar is not None:

@@ -1,11 +1,14 @@
-"""Images in chat requests: which the request names, whether the model takes them, loading."""
+"""Images and audio in chat requests: which the request names, whether the model takes them,
+loading them in prompt order."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
-from mlxcel.engine.types import EngineError, MediaSpan, SeesImages
-from mlxcel.media.images import Image
+from mlxcel.engine.media import TakesMedia
+from mlxcel.engine.types import EngineError, MediaSpan
+from mlxcel.media.audio import AudioRef, Media, load_audio
 from mlxcel.media.loader import ImageRef, load_images
 from mlxcel.media.policy import MediaError, MediaPolicy
 from mlxcel.models.loaded import LoadedModel
@@ -14,9 +17,17 @@ from mlxcel.protocol.responses import FunctionCallOutputItem, MessageItem, Respo
 from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.tokens import check_text_size
 
-# A media part: its modality, the request field it sits in, its URL (None for audio) and
-# the field that holds the URL.
-MediaPart = tuple[str, str, str | None, str]
+
+@dataclass(frozen=True)
+class MediaPart:
+    """A media part of a request: its modality, the field it sits in, and its source: an
+    image's URL (in `source_param`), or an audio clip's base64 data and claimed format."""
+
+    kind: str
+    param: str
+    source: str
+    source_param: str
+    format: str = ""
 
 
 def chat_media(request: ChatCompletionRequest) -> Iterator[MediaPart]:
@@ -25,9 +36,10 @@ def chat_media(request: ChatCompletionRequest) -> Iterator[MediaPart]:
         for j, part in enumerate(message.content or []):
             param = f"messages.{i}.content.{j}"
             if part.image_url is not None:
-                yield "image", param, part.image_url.url, f"{param}.image_url.url"
-            elif part.type == "input_audio":
-                yield "audio", param, None, param
+                yield MediaPart("image", param, part.image_url.url, f"{param}.image_url.url")
+            elif part.input_audio is not None:
+                audio = part.input_audio
+                yield MediaPart("audio", param, audio.data, param, audio.format)
 
 
 def responses_media(request: ResponsesRequest) -> Iterator[MediaPart]:
@@ -40,60 +52,70 @@ def responses_media(request: ResponsesRequest) -> Iterator[MediaPart]:
         else:
             continue
         for j, part in enumerate(parts):
-            if part.type == "input_image":
+            if part.type == "input_image" and part.image_url is not None:
                 param = f"input.{i}.{field}.{j}"
-                yield "image", param, part.image_url, f"{param}.image_url"
+                yield MediaPart("image", param, part.image_url, f"{param}.image_url")
 
 
 def history_media(urls: Sequence[str], param: str) -> Iterator[MediaPart]:
     """A stored conversation's images, named by the field that brought the conversation."""
     for url in urls:
-        yield "image", param, url, param
+        yield MediaPart("image", param, url, param)
 
 
 def media_urls(parts: Iterator[MediaPart]) -> tuple[str, ...]:
     """The URLs of the image parts, in order."""
-    return tuple(url for kind, _, url, _ in parts if kind == "image" and url is not None)
+    return tuple(part.source for part in parts if part.kind == "image")
 
 
-def image_refs(parts: Iterator[MediaPart], model: LoadedModel) -> list[ImageRef]:
-    """The images to load; a 400 for a part the model cannot read."""
+def checked_parts(parts: Iterator[MediaPart], model: LoadedModel) -> list[MediaPart]:
+    """The parts, each of a modality the model takes; else a 400 naming the first that is not."""
     modalities = model.generator.input_modalities
-    refs: list[ImageRef] = []
-    for kind, param, url, url_param in parts:
-        if kind not in modalities:
-            message = f"model does not support {kind} input"
-            raise invalid_request(message, param, "unsupported_modality")
-        if url is not None:
-            refs.append(ImageRef(url, url_param))
-    return refs
+    checked = list(parts)
+    for part in checked:
+        if part.kind not in modalities:
+            message = f"model does not support {part.kind} input"
+            raise invalid_request(message, part.param, "unsupported_modality")
+    return checked
 
 
-async def request_images(
+async def request_media(
     parts: Iterator[MediaPart], model: LoadedModel, policy: MediaPolicy
-) -> list[Image]:
-    """The request's images, fetched and decoded under the server's media policy."""
-    refs = image_refs(parts, model)
-    if not refs:
+) -> list[Media]:
+    """The request's images and audio clips in prompt order: images fetched and decoded under
+    the server's media policy, clips decoded at the rate the model's projector takes."""
+    checked = checked_parts(parts, model)
+    if not checked:
         return []
+    images = [ImageRef(p.source, p.source_param) for p in checked if p.kind == "image"]
+    clips = [AudioRef(p.source, p.format, p.param) for p in checked if p.kind == "audio"]
+    generator = model.generator
+    rate = generator.audio_rate if isinstance(generator, TakesMedia) else None
+    if clips and rate is None:
+        raise invalid_request("model does not support audio input", clips[0].param)
     try:
-        return await load_images(refs, policy)
+        loaded_images = await load_images(images, policy) if images else []
+        loaded_clips = []
+        if clips and rate is not None:
+            loaded_clips = await load_audio(clips, policy.limits, rate)
     except MediaError as exc:
         raise invalid_request(exc.message, exc.param, exc.code) from exc
+    image_iter, clip_iter = iter(loaded_images), iter(loaded_clips)
+    return [next(image_iter) if p.kind == "image" else next(clip_iter) for p in checked]
 
 
 def prompt_tokens(
-    model: LoadedModel, text: str, images: Sequence[Image], param: str = "messages"
+    model: LoadedModel, text: str, media: Sequence[Media], param: str = "messages"
 ) -> tuple[list[int], tuple[MediaSpan, ...]]:
-    """A rendered prompt's tokens, and where its images sit (embedded here, on this thread);
+    """A rendered prompt's tokens, and where its media sit (embedded here, on this thread);
     a text far beyond the context is refused from its size first (a 400 naming `param`)."""
     generator = model.generator
     check_text_size(generator, text, param)
-    if not images:
+    if not media:
         return generator.tokenize(text, add_special=generator.add_bos, parse_special=True), ()
-    if not isinstance(generator, SeesImages):
+    if not isinstance(generator, TakesMedia):
         raise invalid_request("model does not support image input", "messages")
     try:
-        return generator.tokenize_with_images(text, images)
+        return generator.tokenize_with_media(text, media)
     except EngineError as exc:
         raise invalid_request(str(exc), "messages") from exc

@@ -27,7 +27,7 @@ from mlxcel.serving.anthropic import count_tokens, create_message, prepare_messa
 from mlxcel.serving.anthropic_input import chat_request
 from mlxcel.serving.anthropic_stream import message_events
 from mlxcel.serving.errors import APIError
-from mlxcel.serving.vision import chat_media, request_images
+from mlxcel.serving.vision import chat_media, request_media
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +84,7 @@ router = APIRouter(route_class=AnthropicRoute, dependencies=[Depends(require_api
 async def messages(body: MessagesRequest, request: Request) -> dict[str, Any] | StreamingResponse:
     """A message, streamed as Anthropic's events or whole."""
     model = await model_for(request, body.model)
-    media = chat_media(chat_request(body))
-    images = await request_images(media, model, request.app.state.media)
+    media = await request_media(chat_media(chat_request(body)), model, request.app.state.media)
     job = await asyncio.to_thread(
         prepare_message,
         model,
@@ -93,7 +92,7 @@ async def messages(body: MessagesRequest, request: Request) -> dict[str, Any] | 
         model.n_predict,
         model.tool_call_parser,
         model.reasoning_parser,
-        images,
+        media,
     )
     if body.stream:
         stream = typed_event_stream(message_events(job), job.message_id, stream_error)
@@ -105,5 +104,5 @@ async def messages(body: MessagesRequest, request: Request) -> dict[str, Any] | 
 async def count(body: CountTokensRequest, request: Request) -> dict[str, int]:
     """How many input tokens a message request would take."""
     model = await model_for(request, body.model)
-    images = await request_images(chat_media(chat_request(body)), model, request.app.state.media)
-    return await asyncio.to_thread(count_tokens, model, body, model.tool_call_parser, images)
+    media = await request_media(chat_media(chat_request(body)), model, request.app.state.media)
+    return await asyncio.to_thread(count_tokens, model, body, model.tool_call_parser, media)

@@ -17,7 +17,7 @@ from mlxcel.serving.errors import APIError
 from mlxcel.serving.response_store import ResponseStore, StoredResponse
 from mlxcel.serving.responses import create_response, prepare_response
 from mlxcel.serving.responses_stream import response_events
-from mlxcel.serving.vision import history_media, media_urls, request_images, responses_media
+from mlxcel.serving.vision import history_media, media_urls, request_media, responses_media
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
@@ -62,7 +62,7 @@ async def create(body: ResponsesRequest, request: Request) -> dict[str, Any] | S
         history, earlier = entry.messages, entry.images
     # The conversation's images come first: their markers sit in the history's text.
     parts = [*history_media(earlier, "previous_response_id"), *responses_media(body)]
-    images = await request_images(iter(parts), model, request.app.state.media)
+    images = await request_media(iter(parts), model, request.app.state.media)
     run = await asyncio.to_thread(
         prepare_response,
         model,

@@ -17,7 +17,7 @@ from mlxcel.protocol.completions import CompletionRequest
 from mlxcel.serving.chat import chat_chunks, chat_completion, prepare_chat
 from mlxcel.serving.completions import completion, completion_chunks, prepare_completion
 from mlxcel.serving.errors import APIError
-from mlxcel.serving.vision import chat_media, request_images
+from mlxcel.serving.vision import chat_media, request_media
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
@@ -51,7 +51,7 @@ async def chat_completions(
 ) -> dict[str, Any] | StreamingResponse:
     """OpenAI chat completions, streamed or whole."""
     model = await model_for(request, body.model)
-    images = await request_images(chat_media(body), model, request.app.state.media)
+    media = await request_media(chat_media(body), model, request.app.state.media)
     job = await asyncio.to_thread(
         prepare_chat,
         model,
@@ -59,7 +59,7 @@ async def chat_completions(
         model.n_predict,
         model.tool_call_parser,
         model.reasoning_parser,
-        images,
+        media,
     )
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -1,4 +1,5 @@
-"""Uploaded audio in any container FFmpeg reads, decoded to 16 kHz mono float32 (PyAV)."""
+"""Uploaded audio in any container FFmpeg reads, decoded to mono float32 (PyAV): 16 kHz for
+Whisper, or the rate an audio projector asks for."""
 
 from __future__ import annotations
 
@@ -25,16 +26,17 @@ class AudioError(ValueError):
 
 @dataclass(frozen=True)
 class DecodedAudio:
-    """Mono samples at `WHISPER_RATE`, and what the upload was."""
+    """Mono samples at `rate`, and what the upload was."""
 
     samples: np.ndarray
     container: str
     codec: str
+    rate: int = WHISPER_RATE
 
     @property
     def duration(self) -> float:
         """Seconds of audio."""
-        return len(self.samples) / WHISPER_RATE
+        return len(self.samples) / self.rate
 
 
 def describe_bytes(data: bytes) -> str:
@@ -49,8 +51,8 @@ def describe_bytes(data: bytes) -> str:
     return f"binary data starting with {head[:8].hex(' ')}"
 
 
-def decode_audio(data: bytes, max_seconds: float) -> DecodedAudio:
-    """The upload's first audio stream as 16 kHz mono; AudioError for anything else."""
+def decode_audio(data: bytes, max_seconds: float, rate: int = WHISPER_RATE) -> DecodedAudio:
+    """The upload's first audio stream as mono at `rate`; AudioError for anything else."""
     import av
 
     if not data:
@@ -73,19 +75,19 @@ def decode_audio(data: bytes, max_seconds: float) -> DecodedAudio:
         codec = stream.codec_context.name
         if container.duration is not None and container.duration / 1e6 > max_seconds + 1:
             raise _too_long(container.duration / 1e6, max_seconds)
-        samples = _resampled(container, stream, max_seconds, found)
+        samples = _resampled(container, stream, max_seconds, found, rate)
     if samples.size == 0:
         raise AudioError(f"the file holds no audio samples ({found}, {codec})", code="empty_file")
-    return DecodedAudio(samples, found, codec)
+    return DecodedAudio(samples, found, codec, rate)
 
 
 def _resampled(
-    container: InputContainer, stream: AudioStream, max_seconds: float, found: str
+    container: InputContainer, stream: AudioStream, max_seconds: float, found: str, rate: int
 ) -> np.ndarray:
     import av
 
-    resampler = av.AudioResampler(format="flt", layout="mono", rate=WHISPER_RATE)
-    limit = int((max_seconds + 1) * WHISPER_RATE)
+    resampler = av.AudioResampler(format="flt", layout="mono", rate=rate)
+    limit = int((max_seconds + 1) * rate)
     parts: list[np.ndarray] = []
     total = 0
     try:
@@ -95,20 +97,20 @@ def _resampled(
                 parts.append(part)
                 total += part.size
             if total > limit:
-                raise _too_long(total / WHISPER_RATE, max_seconds)
+                raise _too_long(total / rate, max_seconds)
         for out in resampler.resample(None):
             parts.append(out.to_ndarray().reshape(-1))
     except av.FFmpegError as exc:
         raise AudioError(f"the audio ({found}) could not be decoded: {exc}") from None
     samples = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-    if samples.size > max_seconds * WHISPER_RATE:
-        raise _too_long(samples.size / WHISPER_RATE, max_seconds)
+    if samples.size > max_seconds * rate:
+        raise _too_long(samples.size / rate, max_seconds)
     return samples.astype(np.float32, copy=False)
 
 
 def _too_long(seconds: float, max_seconds: float) -> AudioError:
     return AudioError(
-        f"the audio is longer than the {max_seconds:g} s this server transcribes "
-        f"(at least {seconds:.0f} s)",
+        f"the audio is longer than the {max_seconds:g} s this server takes "
+        f"(--max-audio-seconds; at least {seconds:.0f} s)",
         code="audio_too_long",
     )

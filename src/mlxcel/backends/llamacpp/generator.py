@@ -35,7 +35,7 @@ from mlxcel.engine.types import (
     Sample,
     SamplingParams,
 )
-from mlxcel.media.images import Image
+from mlxcel.media.audio import Media
 
 # The calls the engine thread makes for every token (native.holding_gil says why).
 _sampler_sample = native.holding_gil("llama_sampler_sample")
@@ -131,21 +131,25 @@ class LlamaCppGenerator:
 
     @property
     def input_modalities(self) -> tuple[str, ...]:
-        """What a prompt may hold: text, and images with a projector."""
-        return ("text",) if self._projector is None else ("text", "image")
+        """What a prompt may hold: text, and what the projector encodes."""
+        return ("text",) if self._projector is None else ("text", *self._projector.modalities)
 
     @property
     def media_marker(self) -> str:
         if self._projector is None:
-            raise ValueError("this model has no vision projector")
+            raise ValueError("this model has no projector")
         return self._projector.marker
 
-    def tokenize_with_images(
-        self, text: str, images: Sequence[Image]
+    @property
+    def audio_rate(self) -> int | None:
+        return None if self._projector is None else self._projector.audio_rate
+
+    def tokenize_with_media(
+        self, text: str, media: Sequence[Media]
     ) -> tuple[list[int], tuple[MediaSpan, ...]]:
         if self._projector is None:
-            raise ValueError("this model has no vision projector")
-        return self._projector.tokenize(text, images, self._max_feed)
+            raise ValueError("this model has no projector")
+        return self._projector.tokenize(text, media, self._max_feed)
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         return native.tokenize(

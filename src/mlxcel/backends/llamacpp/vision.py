@@ -1,8 +1,10 @@
-"""A GGUF vision projector (mmproj) through libmtmd: prompts with images, embedded once each."""
+"""A GGUF projector (mmproj) through libmtmd: prompts with images or audio clips, each window
+embedded once."""
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,14 +17,17 @@ from llama_cpp import _logger as llama_logger
 
 from mlxcel.engine.media import ImageRows
 from mlxcel.engine.types import EngineError, MediaSpan
-from mlxcel.media.images import MEDIA_MARKER, Image
+from mlxcel.media.audio import Audio, Media
+from mlxcel.media.images import MEDIA_MARKER
 
 
 class Projector:
-    """libmtmd's context for one model: tokenizes prompts with images and embeds the images.
+    """libmtmd's context for one model: tokenizes prompts with media and embeds them.
 
     Any thread may call `tokenize`; a lock keeps one call in libmtmd at a time, so embedding
-    runs beside the engine thread's decoding instead of inside it.
+    runs beside the engine thread's decoding instead of inside it. libmtmd turns an image into
+    one chunk of tokens and an audio clip into one per window of its encoder (30 s for
+    Whisper-style ones).
     """
 
     def __init__(self, path: Path, model: Any, threads: int, *, use_gpu: bool) -> None:
@@ -37,15 +42,26 @@ class Projector:
         if not ctx:
             raise ValueError(f"llama.cpp could not load the projector {path}: not an mmproj GGUF?")
         self._ctx = ctx
-        if not mtmd.mtmd_support_vision(ctx):
+        self.modalities = tuple(
+            kind
+            for kind, supported in (
+                ("image", mtmd.mtmd_support_vision(ctx)),
+                ("audio", mtmd.mtmd_support_audio(ctx)),
+            )
+            if supported
+        )
+        """What the projector encodes: "image", "audio" or both."""
+        if not self.modalities:
             self.close()
-            raise ValueError(f"{path} is not a vision projector (no image encoder)")
+            raise ValueError(f"{path} is not a vision or audio projector (no encoder)")
         if mtmd.mtmd_decode_use_mrope(ctx):
             self.close()
             raise ValueError(
                 f"{path} needs M-RoPE positions (Qwen2-VL style), which mlxcel does not lay "
                 "out yet: serve the model through MLX, or a projector with plain positions"
             )
+        self.audio_rate = int(mtmd.mtmd_get_audio_sample_rate(ctx)) if "audio" in self else None
+        """Samples per second the audio encoder takes (None: it takes no audio)."""
         self.non_causal = bool(mtmd.mtmd_decode_use_non_causal(ctx, None))
         """Whether an image's tokens attend to each other both ways (Gemma 3)."""
         self.n_embd = int(llama_cpp.llama_model_n_embd(model))
@@ -53,31 +69,45 @@ class Projector:
         self._lock = threading.Lock()
         self._cache = ImageRows()
 
+    def __contains__(self, modality: str) -> bool:
+        return modality in self.modalities
+
     def tokenize(
-        self, text: str, images: Sequence[Image], max_image_tokens: int
+        self, text: str, media: Sequence[Media], max_chunk_tokens: int
     ) -> tuple[list[int], tuple[MediaSpan, ...]]:
-        """`text`'s tokens, each marker an image's placeholders, and the images' spans."""
+        """`text`'s tokens, each marker its medium's placeholders, and the media's spans."""
+        for kind in ("image", "audio"):
+            if kind not in self and any(_kind(m) == kind for m in media):
+                raise EngineError(f"model does not support {kind} input", "invalid_request")
         with self._lock:
-            bitmaps = [self._bitmap(image) for image in images]
+            bitmaps = [self._bitmap(index, medium) for index, medium in enumerate(media)]
             chunks = mtmd.mtmd_input_chunks_init()
             try:
-                return self._tokenize(text, images, bitmaps, chunks, max_image_tokens)
+                return self._tokenize(text, media, bitmaps, chunks, max_chunk_tokens)
             finally:
                 mtmd.mtmd_input_chunks_free(chunks)
                 for bitmap in bitmaps:
                     mtmd.mtmd_bitmap_free(bitmap)
 
-    def _bitmap(self, image: Image) -> Any:
-        pixels = (ctypes.c_uint8 * len(image.rgb)).from_buffer_copy(image.rgb)
-        return mtmd.mtmd_bitmap_init(image.width, image.height, pixels)
+    def _bitmap(self, index: int, medium: Media) -> Any:
+        if isinstance(medium, Audio):
+            n = len(medium.samples) // 4
+            samples = (ctypes.c_float * n).from_buffer_copy(medium.samples)
+            bitmap = mtmd.mtmd_bitmap_init_from_audio(n, samples)
+        else:
+            pixels = (ctypes.c_uint8 * len(medium.rgb)).from_buffer_copy(medium.rgb)
+            bitmap = mtmd.mtmd_bitmap_init(medium.width, medium.height, pixels)
+        # Each chunk carries its bitmap's id: which medium of the prompt it came from.
+        mtmd.mtmd_bitmap_set_id(bitmap, str(index).encode())
+        return bitmap
 
     def _tokenize(
         self,
         text: str,
-        images: Sequence[Image],
+        media: Sequence[Media],
         bitmaps: list[Any],
         chunks: Any,
-        max_image_tokens: int,
+        max_chunk_tokens: int,
     ) -> tuple[list[int], tuple[MediaSpan, ...]]:
         encoded = text.encode()
         source = mtmd.mtmd_input_text()
@@ -87,13 +117,15 @@ class Projector:
         status = mtmd.mtmd_tokenize(self._ctx, chunks, ctypes.byref(source), array, len(bitmaps))
         if status == 1:
             raise EngineError(
-                f"the prompt has {text.count(self.marker)} image markers for {len(images)} images",
+                f"the prompt has {text.count(self.marker)} media markers for {len(media)} "
+                "images and clips",
                 "invalid_request",
             )
         if status != 0:
-            raise EngineError(f"libmtmd could not preprocess the images (status {status})")
+            raise EngineError(f"libmtmd could not preprocess the media (status {status})")
         tokens: list[int] = []
         spans: list[MediaSpan] = []
+        windows = [0] * len(media)
         for i in range(mtmd.mtmd_input_chunks_size(chunks)):
             chunk = mtmd.mtmd_input_chunks_get(chunks, i)
             if mtmd.mtmd_input_chunk_get_type(chunk) == mtmd.MTMD_INPUT_CHUNK_TYPE_TEXT:
@@ -101,30 +133,33 @@ class Projector:
                 ids = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
                 tokens.extend(ids[k] for k in range(n.value))
                 continue
-            if mtmd.mtmd_input_chunk_get_type(chunk) != mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE:
-                raise EngineError("this model's projector takes images only", "invalid_request")
-            image = images[len(spans)]
-            rows = self._embed(chunk, image, max_image_tokens)
-            span = MediaSpan(len(tokens), rows, image.digest)
+            index = int(mtmd.mtmd_input_chunk_get_id(chunk) or b"0")
+            # An image is one chunk; a clip's k-th window is named by the clip and k.
+            digest = media[index].digest
+            if isinstance(media[index], Audio):
+                digest = hashlib.sha256(f"{digest}:{windows[index]}".encode()).hexdigest()
+                windows[index] += 1
+            rows = self._embed(chunk, digest, max_chunk_tokens)
+            span = MediaSpan(len(tokens), rows, digest)
             spans.append(span)
             tokens.extend([span.placeholder] * len(rows))
         return tokens, tuple(spans)
 
-    def _embed(self, chunk: Any, image: Image, max_image_tokens: int) -> np.ndarray:
-        """The image's embedding rows: from the cache, else from the projector."""
+    def _embed(self, chunk: Any, digest: str, max_chunk_tokens: int) -> np.ndarray:
+        """A chunk's embedding rows: from the cache, else from the projector."""
         n_tokens = int(mtmd.mtmd_input_chunk_get_n_tokens(chunk))
-        if n_tokens > max_image_tokens:
+        if n_tokens > max_chunk_tokens:
             raise EngineError(
-                f"an image takes {n_tokens} tokens, more than one batch holds ({max_image_tokens}"
-                "; raise --batch-size)",
+                f"an image or audio window takes {n_tokens} tokens, more than one batch holds "
+                f"({max_chunk_tokens}; raise --batch-size)",
                 "invalid_request",
             )
-        key = f"{image.digest}:{n_tokens}"
+        key = f"{digest}:{n_tokens}"
         rows = self._cache.get(key)
         if rows is not None:
             return rows
         if mtmd.mtmd_encode_chunk(self._ctx, chunk) != 0:
-            raise EngineError("the vision projector failed to embed an image")
+            raise EngineError("the projector failed to embed an image or audio window")
         out = mtmd.mtmd_get_output_embd(self._ctx)
         flat = np.ctypeslib.as_array(out, shape=(n_tokens * self.n_embd,))
         rows = flat.reshape(n_tokens, self.n_embd).copy()
@@ -136,3 +171,7 @@ class Projector:
         if self._ctx:
             mtmd.mtmd_free(self._ctx)
             self._ctx = None
+
+
+def _kind(medium: Media) -> str:
+    return "audio" if isinstance(medium, Audio) else "image"

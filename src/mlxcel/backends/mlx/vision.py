@@ -16,6 +16,7 @@ from mlx_vlm.utils import load_processor
 from mlxcel.backends.mlx.generator import MlxGenerator, MlxOptions
 from mlxcel.engine.media import ImageRows
 from mlxcel.engine.types import EngineError, MediaSpan
+from mlxcel.media.audio import Media
 from mlxcel.media.images import MEDIA_MARKER, Image
 
 
@@ -119,9 +120,16 @@ class MlxVisionGenerator(MlxGenerator):
     def media_marker(self) -> str:
         return MEDIA_MARKER
 
-    def tokenize_with_images(
-        self, text: str, images: Sequence[Image]
+    @property
+    def audio_rate(self) -> int | None:
+        return None
+
+    def tokenize_with_media(
+        self, text: str, media: Sequence[Media]
     ) -> tuple[list[int], tuple[MediaSpan, ...]]:
+        images = [medium for medium in media if isinstance(medium, Image)]
+        if len(images) != len(media):
+            raise EngineError("model does not support audio input", "invalid_request")
         if text.count(MEDIA_MARKER) != len(images):
             raise EngineError(
                 f"the prompt has {text.count(MEDIA_MARKER)} image markers for {len(images)} images",
