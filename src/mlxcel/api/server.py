@@ -77,9 +77,13 @@ def _unix_socket(path: Path) -> socket.socket:
 
 
 def _tcp_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to host:port, as uvicorn would bind it."""
+    """A TCP socket bound to host:port, as uvicorn would bind it.
+
+    Its protocol is named (IPPROTO_TCP, not 0): asyncio sets TCP_NODELAY only on connections
+    whose socket says TCP, and without it a response written in two parts (head, then body)
+    waits for the client's delayed ACK, 40 ms on every keep-alive request."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
