@@ -1,17 +1,21 @@
-"""Prompt-lookup speculative decoding against plain decoding, single stream, copy-heavy input.
+"""Speculative decoding against plain decoding, single stream, copy-heavy input.
 
-    python bench/speculative.py [--model PATH.gguf] [--runs 3] [--size-n 12] [--threads 1]
+    python bench/speculative.py [--model PATH.gguf] [--draft PATH.gguf | --no-draft]
+                                [--runs 3] [--size-n 12] [--threads 1]
 
-Two `mlxcel serve` on the same GGUF, one with `--spec-type ngram-simple`, both up at once and
-asked in turn (A, B, A, B, ...) so the machine's load falls on both alike. The request asks to
-repeat a long code block with one change, greedy, a fixed number of tokens. Every run's decode
-rate (`timings.predicted_per_second`) and acceptance is printed, then the ratio of the medians
-against its target (>= 1.5x).
+Three `mlxcel serve` on the same GGUF: plain, with `--spec-type ngram-simple` (prompt lookup)
+and with `-md` (a draft model; by default the model itself, whose greedy drafts the model
+always takes: an upper bound on acceptance, at a draft that costs what the model does), all up
+at once and asked in turn (A, B, C, A, B, C, ...) so the machine's load falls on each alike.
+The request asks to repeat a long code block with one change, greedy, a fixed number of
+tokens. Every run's decode rate (`timings.predicted_per_second`), acceptance and the load
+average is printed, then each ratio of the medians against the target (>= 1.5x).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -61,12 +65,16 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--size-n", type=int, default=12, help="--spec-ngram-simple-size-n")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--draft", type=Path, help="the draft model (default: the model)")
+    parser.add_argument("--no-draft", action="store_true", help="no draft-model server")
     args = parser.parse_args()
     from mlxcel.weights import resolve_model
 
     path = resolve_model(str(args.model) if args.model else None)
     spec = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(args.size_n)]
     servers = {"plain": serve(path, args.threads, []), "ngram": serve(path, args.threads, spec)}
+    if not args.no_draft:
+        servers["draft"] = serve(path, args.threads, ["-md", str(args.draft or path)])
     rates: dict[str, list[float]] = {name: [] for name in servers}
     try:
         for run in range(args.runs):
@@ -79,13 +87,17 @@ def main() -> None:
                     f"run {run + 1} {name}: {timings['predicted_per_second']:.1f} tok/s decode, "
                     f"{timings['predicted_n']} tokens"
                     + (f", {accepted}/{drafted} drafted tokens accepted" if drafted else "")
+                    + f" (load {os.getloadavg()[0]:.2f})"
                 )
     finally:
         for _, process in servers.values():
             process.terminate()
             process.wait()
-    ratio = statistics.median(rates["ngram"]) / statistics.median(rates["plain"])
-    print(f"single-stream decode, ngram-simple / plain (medians): {ratio:.2f}x [>= 1.5]")
+    plain = statistics.median(rates["plain"])
+    for name, label in (("ngram", "ngram-simple"), ("draft", "draft model")):
+        if name in rates:
+            ratio = statistics.median(rates[name]) / plain
+            print(f"single-stream decode, {label} / plain (medians): {ratio:.2f}x [>= 1.5]")
 
 
 if __name__ == "__main__":

@@ -85,15 +85,14 @@ def test_seeded_sampling_is_the_same_with_speculation(
     assert drafted["choices"][0]["text"] == plain["choices"][0]["text"]
 
 
-def test_batched_speculation_matches_solo_output(
-    server: ServerProcess, spec: ServerProcess
-) -> None:
-    prompts = [PROMPT, PROMPT.replace("Copy this code.", "Repeat the code below.")]
+def batched_matches_solo(server: ServerProcess, drafting: ServerProcess, other: str) -> None:
+    """Two prompts at once on the drafting server give what each gives alone on the plain one."""
+    prompts = [PROMPT, PROMPT.replace("Copy this code.", other)]
     solo = [_complete(server, prompt=p)["choices"][0]["text"] for p in prompts]
     results: dict[int, str] = {}
 
     def run(index: int) -> None:
-        results[index] = _complete(spec, prompt=prompts[index])["choices"][0]["text"]
+        results[index] = _complete(drafting, prompt=prompts[index])["choices"][0]["text"]
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
     for thread in threads:
@@ -101,6 +100,12 @@ def test_batched_speculation_matches_solo_output(
     for thread in threads:
         thread.join()
     assert [results[0], results[1]] == solo
+
+
+def test_batched_speculation_matches_solo_output(
+    server: ServerProcess, spec: ServerProcess
+) -> None:
+    batched_matches_solo(server, spec, "Repeat the code below.")
 
 
 def test_bad_speculation_settings_are_refused(tmp_path: Path) -> None:

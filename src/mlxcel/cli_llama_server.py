@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from mlxcel import config as defaults
 from mlxcel.chat_templates import BUILTIN_TEMPLATES
@@ -139,6 +140,15 @@ def speculative_arguments(parser: argparse.ArgumentParser) -> None:
         "verified in one batched pass (default: %(default)s)",
     )
     add(
+        "-md",
+        "--model-draft",
+        type=Path,
+        metavar="FILE",
+        help="llama.cpp: a draft model GGUF of the model's vocabulary (a smaller model of its "
+        "family): it drafts greedily, up to --draft-max tokens per step, for each sequence, "
+        "all verified in the model's one batched pass",
+    )
+    add(
         "--spec-ngram-simple-size-n",
         type=int,
         default=defaults.DEFAULT_SPEC_NGRAM_SIZE_N,
@@ -199,7 +209,11 @@ def check_llama_server_arguments(parser: argparse.ArgumentParser, args: argparse
         except ValueError as exc:
             parser.error(str(exc))
     problem = kv_cache_problem(args.cache_type_v, args.flash_attn) or defaults.speculation_problem(
-        args.spec_ngram_simple_size_n, args.draft_max, args.draft_min
+        args.spec_ngram_simple_size_n,
+        args.draft_max,
+        args.draft_min,
+        args.model_draft,
+        args.spec_type,
     )
     if problem is not None:
         parser.error(problem)

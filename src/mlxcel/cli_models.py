@@ -159,7 +159,11 @@ def _file_model(
         line = file.where(section.lines["chat_template_file"])
         fail(parser, f"{line}: {what}.chat_template_file {template}: no such file")
     problem = config.kv_cache_problem() or speculation_problem(
-        config.spec_ngram_size_n, config.draft_max, config.draft_min
+        config.spec_ngram_size_n,
+        config.draft_max,
+        config.draft_min,
+        config.model_draft,
+        config.spec_type,
     )
     if problem is not None:
         line = file.where(section.lines.get("cache_type_v", section.line))

@@ -116,8 +116,19 @@ def kv_cache_problem(cache_type_v: str, flash_attn: str) -> str | None:
     return None
 
 
-def speculation_problem(size_n: int, draft_max: int, draft_min: int) -> str | None:
+def speculation_problem(
+    size_n: int,
+    draft_max: int,
+    draft_min: int,
+    model_draft: Path | None = None,
+    spec_type: str = "none",
+) -> str | None:
     """What is wrong with speculative decoding settings, or None."""
+    if model_draft is not None:
+        if not model_draft.is_file():
+            return f"--model-draft {model_draft}: no such file"
+        if spec_type != "none":
+            return f"--spec-type {spec_type} and --model-draft: choose one way to draft"
     if not 1 <= size_n <= 1024:
         return f"--spec-ngram-simple-size-n must be between 1 and 1024, got {size_n}"
     if draft_max < 1:
@@ -205,6 +216,8 @@ class ModelConfig:
     """Most tokens drafted per step."""
     draft_min: int = DEFAULT_DRAFT_MIN
     """A shorter draft is not verified."""
+    model_draft: Path | None = None
+    """A draft model GGUF of the same vocabulary (-md): it drafts for speculative decoding."""
     on_demand: bool = False
     """Load on the first request, not at startup."""
     idle_timeout: float = 0.0
@@ -241,6 +254,7 @@ class ModelConfig:
             "--cache-type-k": self.cache_type_k != DEFAULT_KV_CACHE_TYPE,
             "--cache-type-v": self.cache_type_v != DEFAULT_KV_CACHE_TYPE,
             "--spec-type": self.spec_type != "none",
+            "--model-draft": self.model_draft is not None,
         }
         return [flag for flag, given in flags.items() if given]
 

@@ -16,7 +16,8 @@ from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.prompt_cache import PromptCache
 from mlxcel.engine.sequence import Job, Running, about
 from mlxcel.engine.slots import SlotPool, SlotState
-from mlxcel.engine.speculative import NgramDrafter, SpeculativeConfig
+from mlxcel.engine.speculation import Speculation
+from mlxcel.engine.speculative import SpeculativeConfig
 from mlxcel.engine.types import (
     EngineError,
     Feed,
@@ -28,7 +29,6 @@ from mlxcel.engine.types import (
     TextGenerator,
     TokenEvent,
     TokenLogprob,
-    VerifiesDrafts,
 )
 
 logger = logging.getLogger(__name__)
@@ -64,8 +64,7 @@ class Scheduler:
         speculative: SpeculativeConfig | None = None,
     ) -> None:
         self._generator = generator
-        verifies = isinstance(generator, VerifiesDrafts) and generator.verifies_drafts
-        self._speculative = speculative if verifies else None
+        self._speculation = Speculation(generator, speculative)
         # Saved slot states, when the generator can save them.
         saves = isinstance(generator, SavesState) and generator.can_save_state
         self._cache = prompt_cache if saves else None
@@ -185,8 +184,7 @@ class Scheduler:
                 job.handle.deliver(TokenEvent("", (), error=error))
                 continue
             self._on_admitted(job, slot, cached)
-            spec = self._speculative
-            drafter = None if spec is None else NgramDrafter(spec, job.prompt)
+            drafter = self._speculation.drafter(job)
             self._running.append(Running(job, slot, fed=cached, cached=cached, drafter=drafter))
         self._update_gauges()
 
@@ -258,22 +256,12 @@ class Scheduler:
                 sample = last and r.job.params.max_tokens > 0
                 prompts.append(Feed(r.slot, chunk, sample, media.rows_in(r.job.media, r.fed, end)))
         # Drafts take what the prompts leave of the batch, so they never delay a first token.
-        feeds = []
-        for r in decoding:
-            draft = self._draft(r, budget)
-            budget -= len(draft)
-            feeds.append(Feed(r.slot, (r.last_token,), True, draft=draft))
+        drafts = self._speculation.drafts(decoding, budget)
+        feeds = [
+            Feed(r.slot, (r.last_token,), True, draft=draft)
+            for r, draft in zip(decoding, drafts, strict=True)
+        ]
         return feeds + prompts
-
-    def _draft(self, running: Running, budget: int) -> tuple[int, ...]:
-        """Tokens to verify after the running sequence's last one: no more than the batch,
-        the request's max_tokens and the context leave room for."""
-        if running.drafter is None:
-            return ()
-        prompt = len(running.job.prompt)
-        room = min(running.job.params.max_tokens, self._generator.n_ctx_seq - prompt)
-        limit = min(budget, room - running.generated - 1)
-        return running.drafter.propose(limit) if limit > 0 else ()
 
     def _step(self) -> None:
         feeds = self._feeds()
@@ -291,6 +279,7 @@ class Scheduler:
             self._pool.fed(feed.slot, [*feed.tokens, *feed.draft[:accepted]])
             if running.prefilling:
                 running.fed += len(feed.tokens)
+                self._speculation.prompt_fed(running)
                 self._on_prompt_fed(running)
             if feed.draft:
                 self._on_draft(running, len(feed.draft), accepted)

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from mlxcel.engine.handle import EventSink
-from mlxcel.engine.speculative import NgramDrafter
+from mlxcel.engine.speculative import Drafter
 from mlxcel.engine.text import IncrementalText, StopMatcher
 from mlxcel.engine.types import (
     EngineError,
@@ -50,7 +50,7 @@ class Running:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     pending: list[int] = field(default_factory=list)
     """Tokens generated since the last event."""
-    drafter: NgramDrafter | None = None
+    drafter: Drafter | None = None
     """Its speculative drafts, when the model speculates."""
     drafted: int = 0
     accepted: int = 0

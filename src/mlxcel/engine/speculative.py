@@ -1,9 +1,10 @@
-"""Speculative decoding by prompt lookup: drafts copied from earlier in a sequence's own tokens.
+"""Speculative decoding: drafts verified in the step's one forward pass, and how long they are.
 
-When the last `size_n` tokens of a sequence (prompt and output so far) occurred before, the
-tokens that followed them then are proposed as the next ones (llama-server's `ngram-simple`).
-The engine evaluates the sequence's last token and the draft in one forward pass and samples
-at each position in order, keeping draft tokens while they equal what was sampled there.
+Drafts come from prompt lookup (NgramDrafter: when the last `size_n` tokens of a sequence,
+prompt and output so far, occurred before, the tokens that followed them then; llama-server's
+`ngram-simple`) or from a draft model (the generator's, greedy). The engine evaluates the
+sequence's last token and the draft in one forward pass and samples at each position in order,
+keeping draft tokens while they equal what was sampled there.
 
 Why this is exact: a draft is a function of the tokens so far, so the draft distribution q is
 a point mass on the draft token d. The standard speculative rule accepts d with probability
@@ -11,7 +12,7 @@ min(1, p(d) / q(d)) = p(d) and otherwise samples from max(0, p - q) renormalised
 without d. Sampling t ~ p and accepting when t == d does exactly that: P(accept) = p(d), and a
 rejected draft leaves t distributed as p given t != d. So every token comes from the same
 distribution (the same sampler chain, at the same state) as without speculation, and under
-greedy decoding it is the same token.
+greedy decoding it is the same token. A greedy draft model's draft is such a function too.
 """
 
 from __future__ import annotations
@@ -19,62 +20,143 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-# Tokens in a sequence's first draft, before its acceptance is known.
-FIRST_DRAFT = 8
+# The acceptance a sequence starts with, as pseudo-counts: what it takes to draft at once
+# where drafted tokens cost little to verify, and to wait for evidence where they cost much.
+PRIOR_ACCEPTED = 3.0
+PRIOR_REJECTED = 1.0
+# How much of the acceptance seen so far a new draft's outcome leaves (recent drafts weigh
+# more: a copied stretch starts and ends).
+DECAY = 0.8
+# Tokens of a lookup that is checked against what is generated instead of being verified.
+SHADOW_TOKENS = 8
 
 
 @dataclass(frozen=True)
 class SpeculativeConfig:
     """How drafts are made: the n-gram looked up, the most tokens drafted, the fewest worth
-    verifying."""
+    verifying, and what verifying a drafted token costs."""
 
     size_n: int
     size_m: int
     n_min: int = 0
+    token_cost: float = 0.0
+    """A decode's extra time per drafted token, as a share of a one-token decode (measured at
+    load: about 0.8 on a small CPU model, near 0 where a wide pass costs what a narrow one
+    does)."""
 
 
-class NgramDrafter:
-    """One sequence's tokens, and where each n-gram of them last ended.
+class DraftSizer:
+    """The length of a sequence's next draft: the one expected to give the most tokens per
+    unit of decode time, from its acceptance so far and the cost of a drafted token.
 
-    The index lags one token behind the sequence, so the n-gram ending at the last token (the
-    one looked up) is never found as its own match. The draft length adapts, since on a CPU
-    every drafted token costs the pass about what a prompt token costs: it starts at
-    FIRST_DRAFT, a draft taken whole doubles it (up to `size_m`), one rejected at its first
-    token halves it, and one taken in part sets it to what was taken.
+    Each drafted token is taken, given the ones before it were, with a probability p estimated
+    from the sequence's drafts (decayed counts of tokens taken and of drafts cut short). A draft
+    of d tokens then yields 1 + p + ... + p^d tokens for 1 + cost * d decodes' time; a length of
+    0 (no draft, one token for one decode) wins unless a draft beats it.
     """
+
+    def __init__(self, config: SpeculativeConfig) -> None:
+        self._config = config
+        self._accepted = PRIOR_ACCEPTED
+        self._rejected = PRIOR_REJECTED
+
+    @property
+    def acceptance(self) -> float:
+        """The estimated chance that a drafted token is taken after the ones before it."""
+        return self._accepted / (self._accepted + self._rejected)
+
+    def length(self, limit: int) -> int:
+        """How many tokens to draft, at most `limit`; 0 for none."""
+        p, cost = self.acceptance, self._config.token_cost
+        fewest = max(1, self._config.n_min)
+        best, best_rate, gain, term = 0, 1.0, 0.0, 1.0
+        for d in range(1, min(limit, self._config.size_m) + 1):
+            term *= p
+            gain += term
+            rate = (1 + gain) / (1 + cost * d)
+            if d >= fewest and rate > best_rate:
+                best, best_rate = d, rate
+            if term < 1e-3:
+                break
+        return best
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """How a draft fared (verified, or checked against what was generated)."""
+        self._accepted = DECAY * self._accepted + accepted
+        self._rejected = DECAY * self._rejected + (accepted < drafted)
+
+
+class Drafter:
+    """One sequence's tokens (prompt and output so far) and its draft sizing: what a draft
+    model drafts from."""
 
     def __init__(self, config: SpeculativeConfig, tokens: Iterable[int] = ()) -> None:
         self._config = config
-        self._tokens: list[int] = []
-        self._ends: dict[tuple[int, ...], int] = {}
-        self._length = min(config.size_m, FIRST_DRAFT)
+        self.tokens: list[int] = []
+        self.sizer = DraftSizer(config)
         self.extend(tokens)
+
+    def extend(self, tokens: Iterable[int]) -> None:
+        """Tokens appended to the sequence."""
+        self.tokens.extend(tokens)
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """How the last draft fared, to size the next."""
+        self.sizer.record(drafted, accepted)
+
+
+class NgramDrafter(Drafter):
+    """A sequence's prompt-lookup drafts: where each n-gram of its tokens last ended.
+
+    The index lags one token behind the sequence, so the n-gram ending at the last token (the
+    one looked up) is never found as its own match. A lookup not worth verifying at the
+    sequence's acceptance so far is checked against the tokens generated next instead (a
+    shadow draft, free), so the acceptance keeps up when drafting pauses.
+    """
+
+    def __init__(self, config: SpeculativeConfig, tokens: Iterable[int] = ()) -> None:
+        self._ends: dict[tuple[int, ...], int] = {}
+        self._shadow: tuple[int, ...] = ()
+        self._shadow_matched = 0
+        super().__init__(config, tokens)
 
     def extend(self, tokens: Iterable[int]) -> None:
         """Tokens appended to the sequence."""
         n = self._config.size_n
         for token in tokens:
-            self._tokens.append(token)
-            end = len(self._tokens) - 1
+            self._check_shadow(token)
+            self.tokens.append(token)
+            end = len(self.tokens) - 1
             if end >= n:
-                self._ends[tuple(self._tokens[end - n : end])] = end
+                self._ends[tuple(self.tokens[end - n : end])] = end
 
-    def propose(self, limit: int) -> tuple[int, ...]:
-        """Up to `limit` tokens to verify after the last one; () when nothing matches."""
-        n, tokens = self._config.size_n, self._tokens
+    def _check_shadow(self, token: int) -> None:
+        shadow = self._shadow
+        if not shadow:
+            return
+        if token == shadow[self._shadow_matched]:
+            self._shadow_matched += 1
+            if self._shadow_matched < len(shadow):
+                return
+        self.sizer.record(len(shadow), self._shadow_matched)
+        self._shadow, self._shadow_matched = (), 0
+
+    def _lookup(self, limit: int) -> tuple[int, ...]:
+        n, tokens = self._config.size_n, self.tokens
         if len(tokens) <= n:
             return ()
         end = self._ends.get(tuple(tokens[-n:]))
-        if end is None:
-            return ()
-        draft = tuple(tokens[end : end + min(limit, self._length)])
-        return draft if len(draft) >= max(1, self._config.n_min) else ()
+        return () if end is None else tuple(tokens[end : end + limit])
 
-    def record(self, drafted: int, accepted: int) -> None:
-        """How the last draft fared, to size the next."""
-        if accepted == drafted:
-            self._length = min(self._config.size_m, 2 * self._length)
-        elif accepted == 0:
-            self._length = max(1, self._length // 2)
-        else:
-            self._length = accepted
+    def propose(self, limit: int) -> tuple[int, ...]:
+        """Up to `limit` tokens to verify after the last one; () when nothing matches or a
+        draft is not worth its cost."""
+        if self._shadow:
+            return ()
+        found = self._lookup(min(limit, self._config.size_m))
+        if not found:
+            return ()
+        draft = found[: self.sizer.length(len(found))]
+        if not draft:
+            self._shadow = found[:SHADOW_TOKENS]
+        return draft

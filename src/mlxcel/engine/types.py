@@ -339,6 +339,26 @@ class VerifiesDrafts(Protocol):
         """Whether Feed.draft may be set."""
         ...
 
+    def draft_token_cost(self) -> float:
+        """What one more drafted token adds to a decode, as a share of a one-token decode
+        (measured; called before the engine thread starts)."""
+        ...
+
+
+@runtime_checkable
+class DraftsWithModel(Protocol):
+    """A generator with a draft model of its own vocabulary (speculative decoding)."""
+
+    @property
+    def drafts_with_model(self) -> bool:
+        """Whether `draft` may be called."""
+        ...
+
+    def draft(self, requests: Sequence[tuple[int, Sequence[int], int]]) -> list[tuple[int, ...]]:
+        """For each (slot, its tokens so far, most tokens to draft): the draft model's greedy
+        draft of what follows, every slot in the same decodes."""
+        ...
+
 
 @runtime_checkable
 class SavesState(Protocol):

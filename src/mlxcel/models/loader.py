@@ -16,7 +16,7 @@ from mlxcel.engine.prompt_cache import PromptCache
 from mlxcel.engine.sampling import SamplingDefaults, model_defaults
 from mlxcel.engine.scheduler import Scheduler, SchedulerLimits
 from mlxcel.engine.speculative import SpeculativeConfig
-from mlxcel.engine.types import ChatTemplate, TextGenerator
+from mlxcel.engine.types import ChatTemplate, TextGenerator, VerifiesDrafts
 from mlxcel.models.audio import AUDIO_KINDS, engine_label
 from mlxcel.models.images import IMAGE_BACKEND, ImageModel, load_image_model
 from mlxcel.parsers.tools import detect_parser
@@ -78,6 +78,7 @@ def _open_llamacpp(config: ModelConfig) -> TextGenerator:
         mmproj=config.mmproj,
         cache_type_k=config.cache_type_k,
         cache_type_v=config.cache_type_v,
+        model_draft=config.model_draft,
     )
     logger.info("loading %s with llama.cpp (%d threads)", config.model, config.threads)
     with progress(f"loading {config.model.name}"):
@@ -149,7 +150,7 @@ def load_text_engine(config: ModelConfig, metrics: RecordsMetrics) -> TextEngine
         name=name,
         metrics=metrics,
         prompt_cache=_prompt_cache(config),
-        speculative=_speculative(config),
+        speculative=_speculative(config, generator),
     )
     scheduler.start()
     logger.info(
@@ -176,19 +177,29 @@ def load_text_engine(config: ModelConfig, metrics: RecordsMetrics) -> TextEngine
     return TextEngine(generator, scheduler, defaults, template, tool_parser)
 
 
-def _speculative(config: ModelConfig) -> SpeculativeConfig | None:
-    """Prompt-lookup drafting as --spec-type asks for it (the MLX engine does not verify drafts)."""
-    if config.spec_type == "none":
+def _speculative(config: ModelConfig, generator: TextGenerator) -> SpeculativeConfig | None:
+    """Drafting as --spec-type or --model-draft ask for it, sized by what a drafted token costs
+    this generator (measured here); None where the engine does not verify drafts (MLX)."""
+    if config.spec_type == "none" and config.model_draft is None:
         return None
+    if not isinstance(generator, VerifiesDrafts) or not generator.verifies_drafts:
+        return None
+    cost = generator.draft_token_cost()
+    how = (
+        f"draft model {config.model_draft.name}"
+        if config.model_draft is not None
+        else f"{config.spec_type}, {config.spec_ngram_size_n}-token n-grams"
+    )
     logger.info(
-        "[%s] speculative decoding: %s, %d-token n-grams, drafts of %d to %d tokens",
+        "[%s] speculative decoding: %s, drafts of %d to %d tokens; a drafted token costs "
+        "%.2f of a one-token decode",
         config.served_name,
-        config.spec_type,
-        config.spec_ngram_size_n,
+        how,
         max(1, config.draft_min),
         config.draft_max,
+        cost,
     )
-    return SpeculativeConfig(config.spec_ngram_size_n, config.draft_max, config.draft_min)
+    return SpeculativeConfig(config.spec_ngram_size_n, config.draft_max, config.draft_min, cost)
 
 
 def _prompt_cache(config: ModelConfig) -> PromptCache | None:

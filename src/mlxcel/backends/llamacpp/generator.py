@@ -14,7 +14,7 @@ import numpy as np
 from llguidance.llamacpp import lltokenizer_from_vocab
 
 from mlxcel.backends.guidance import Constraint, constraint
-from mlxcel.backends.llamacpp import native
+from mlxcel.backends.llamacpp import drafting, native
 from mlxcel.backends.llamacpp.kv_cache import kv_cache_info
 from mlxcel.backends.llamacpp.model import (
     LlamaCppOptions,
@@ -87,6 +87,13 @@ class LlamaCppGenerator:
         self._chat_template = read_chat_template(model, self._vocab)
         self._generation_config = read_generation_config(model)
         self._fim_tokens = read_fim_tokens(self._vocab)
+        self._draft_model: drafting.DraftModel | None = None
+        if options.model_draft is not None:
+            try:
+                self._draft_model = drafting.DraftModel(options.model_draft, options, self._vocab)
+            except ValueError:
+                self._free()
+                raise
         self._projector: Projector | None = None
         if options.mmproj is not None:
             self._projector = Projector(
@@ -221,6 +228,18 @@ class LlamaCppGenerator:
     def verifies_drafts(self) -> bool:
         return True
 
+    def draft_token_cost(self) -> float:
+        return drafting.token_cost(self._ctx, self._batch, self._memory, 0)
+
+    @property
+    def drafts_with_model(self) -> bool:
+        return self._draft_model is not None
+
+    def draft(self, requests: Sequence[drafting.DraftRequest]) -> list[tuple[int, ...]]:
+        if self._draft_model is None:
+            raise ValueError("this model has no draft model")
+        return self._draft_model.draft(requests)
+
     def step(self, feeds: Sequence[Feed]) -> list[Sample | None]:
         # Token feeds share one llama_decode; a feed with images decodes on its own after them,
         # an embedding batch per image (a llama_batch holds tokens or embeddings, not both).
@@ -288,18 +307,11 @@ class LlamaCppGenerator:
             start = self._n_past[feed.slot]
             last = len(feed.tokens) - 1
             for i, token in enumerate((*feed.tokens, *feed.draft)):
-                batch.token[n] = token
-                batch.pos[n] = start + i
-                batch.n_seq_id[n] = 1
-                batch.seq_id[n][0] = feed.slot
-                batch.logits[n] = feed.sample and i >= last
+                native.put_token(batch, n, token, start + i, feed.slot, feed.sample and i >= last)
                 n += 1
             self._n_past[feed.slot] = start + len(feed.tokens)
             outputs.append(n - 1 - len(feed.draft) if feed.sample else None)
-        batch.n_tokens = n
-        status = llama_cpp.llama_decode(self._ctx, batch)
-        if status != 0:
-            raise RuntimeError(f"llama_decode failed with status {status}")
+        drafting.decode(self._ctx, batch, n)
         return outputs
 
     def _verify(self, feed: Feed, index: int) -> Sample:
@@ -367,6 +379,11 @@ class LlamaCppGenerator:
             self.close_slot(slot)
         if self._projector is not None:
             self._projector.close()
+        if self._draft_model is not None:
+            self._draft_model.close()
+        self._free()
+
+    def _free(self) -> None:
         llama_cpp.llama_batch_free(self._batch)
         llama_cpp.llama_free(self._ctx)
         llama_cpp.llama_model_free(self._model)

@@ -52,6 +52,8 @@ class LlamaCppOptions:
     """KV cache data type of K (kv_cache.KV_TYPES); f16 is llama.cpp's default."""
     cache_type_v: str = "f16"
     """Of V; a quantized V needs flash attention."""
+    model_draft: Path | None = None
+    """A draft model GGUF of the same vocabulary (-md): it drafts for speculative decoding."""
 
 
 # How --mmap/--no-mmap and --mlock load the weights; mmap alone is llama.cpp's own choice.

@@ -65,3 +65,12 @@ def holding_gil(name: str) -> Any:
     held = getattr(_HOLDING_GIL, name)
     held.argtypes, held.restype = released.argtypes, released.restype
     return held
+
+
+def put_token(batch: Any, index: int, token: int, pos: int, seq: int, logits: bool) -> None:
+    """Set row `index` of a llama_batch: `token` at `pos` of sequence `seq`."""
+    batch.token[index] = token
+    batch.pos[index] = pos
+    batch.n_seq_id[index] = 1
+    batch.seq_id[index][0] = seq
+    batch.logits[index] = logits
