@@ -3,6 +3,7 @@ drafted token costs on this machine (engine/speculative.py sizes drafts from it)
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,6 +14,8 @@ import numpy as np
 
 from mlxcel.backends.llamacpp import native
 from mlxcel.backends.llamacpp.model import LlamaCppOptions, model_params, new_context
+
+logger = logging.getLogger(__name__)
 
 _get_logits_ith = native.holding_gil("llama_get_logits_ith")
 _memory_seq_rm = native.holding_gil("llama_memory_seq_rm")
@@ -105,7 +108,19 @@ class DraftModel:
 
     def draft(self, requests: Sequence[DraftRequest]) -> list[tuple[int, ...]]:
         """Each request's greedy draft, every sequence drafted in the same decodes; one with a
-        limit of 0 only catches up (evaluates its tokens but the last, as its prompt is fed)."""
+        limit of 0 only catches up (evaluates its tokens but the last, as its prompt is fed).
+
+        Drafts only speed generation up: a draft decode that fails is logged, the sequences'
+        draft state is dropped (the next call evaluates them again), and no drafts are made."""
+        try:
+            return self._draft(requests)
+        except Exception:
+            logger.exception("the draft model failed: this step verifies no drafts")
+            for slot, _, _ in requests:
+                self.forget(slot)
+            return [() for _ in requests]
+
+    def _draft(self, requests: Sequence[DraftRequest]) -> list[tuple[int, ...]]:
         drafts: list[list[int]] = [[] for _ in requests]
         for slot, tokens, _ in requests:
             if tokens:
