@@ -1,6 +1,6 @@
 """Random-weight GGUF models in real models' shapes, built offline for the benchmark.
 
-    python bench/models.py --shape smollm2-135m|qwen2.5-0.5b --out DIR [--fim]
+    python bench/models.py --shape smollm2-135m|qwen2.5-0.5b|qwen2-vl-2b --out DIR [--fim]
 
 Writes the named architecture and shape with seeded random weights (normal * 0.02, norms 1)
 as F16 through gguf-py, then quantizes it to Q4_0 with llama.cpp's own `llama_model_quantize`,
@@ -49,7 +49,7 @@ class Shape:
     """A decoder-only transformer's architecture and dimensions, as llama.cpp names them."""
 
     name: str
-    arch: Literal["llama", "qwen2"]  # qwen2 adds q/k/v biases
+    arch: Literal["llama", "qwen2", "qwen2vl"]  # qwen2 adds q/k/v biases; qwen2vl M-RoPE
     layers: int
     hidden: int
     heads: int
@@ -65,9 +65,18 @@ class Shape:
         """Width of one attention head."""
         return self.hidden // self.heads
 
+    @property
+    def rope_sections(self) -> list[int]:
+        """M-RoPE's rotary pairs per position section (temporal, row, column, unused), in
+        Qwen2-VL's proportions (16, 24, 24, 0 of a 128-wide head)."""
+        temporal = self.head_dim // 8
+        spatial = (self.head_dim // 2 - temporal) // 2
+        return [temporal, spatial, spatial, 0]
 
-# From the models' own config.json (HuggingFaceTB/SmolLM2-135M, Qwen/Qwen2.5-0.5B); both tie
-# the output projection to the token embedding, so neither file has an output.weight.
+
+# From the models' own config.json (HuggingFaceTB/SmolLM2-135M, Qwen/Qwen2.5-0.5B,
+# Qwen/Qwen2-VL-2B-Instruct); all tie the output projection to the token embedding, so no
+# file has an output.weight.
 SHAPES = {
     "smollm2-135m": Shape(
         name="smollm2-135m",
@@ -90,6 +99,19 @@ SHAPES = {
         heads=14,
         kv_heads=2,
         ffn=4864,
+        vocab=151936,
+        rope_theta=1000000.0,
+        context=32768,
+        rms_eps=1e-6,
+    ),
+    "qwen2-vl-2b": Shape(
+        name="qwen2-vl-2b",
+        arch="qwen2vl",
+        layers=28,
+        hidden=1536,
+        heads=12,
+        kv_heads=2,
+        ffn=8960,
         vocab=151936,
         rope_theta=1000000.0,
         context=32768,
@@ -128,7 +150,7 @@ def tensor_shapes(shape: Shape) -> Iterator[tuple[str, tuple[int, ...]]]:
         yield f"{block}.attn_norm.weight", (shape.hidden,)
         for part, rows in (("q", shape.hidden), ("k", kv), ("v", kv)):
             yield f"{block}.attn_{part}.weight", (rows, shape.hidden)
-            if shape.arch == "qwen2":
+            if shape.arch in ("qwen2", "qwen2vl"):
                 yield f"{block}.attn_{part}.bias", (rows,)
         yield f"{block}.attn_output.weight", (shape.hidden, shape.hidden)
         yield f"{block}.ffn_norm.weight", (shape.hidden,)
@@ -214,6 +236,8 @@ def add_hparams(writer: GGUFWriter, shape: Shape) -> None:
     writer.add_head_count_kv(shape.kv_heads)
     writer.add_rope_freq_base(shape.rope_theta)
     writer.add_rope_dimension_count(shape.head_dim)
+    if shape.arch == "qwen2vl":
+        writer.add_rope_dimension_sections(shape.rope_sections)
     writer.add_layer_norm_rms_eps(shape.rms_eps)
     writer.add_vocab_size(shape.vocab)
     writer.add_file_type(LlamaFileType.MOSTLY_F16)

@@ -50,6 +50,17 @@ def tensors(shape: VisionShape) -> Iterator[tuple[str, tuple[int, ...]]]:
     yield "v.position_embd.weight", (shape.image_tokens + 1, n)
     yield "v.pre_ln.weight", (n,)
     yield "v.pre_ln.bias", (n,)
+    yield from blocks(shape)
+    yield "mm.0.weight", (shape.text_hidden, n)
+    yield "mm.0.bias", (shape.text_hidden,)
+    yield "mm.2.weight", (shape.text_hidden, shape.text_hidden)
+    yield "mm.2.bias", (shape.text_hidden,)
+
+
+def blocks(shape: Any) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """The tower's pre-norm transformer blocks (biases everywhere, a two-layer MLP), for a
+    shape dataclass with VisionShape's fields."""
+    n = shape.hidden
     for i in range(shape.layers):
         block = f"v.blk.{i}"
         for part in ("attn_q", "attn_k", "attn_v", "attn_out"):
@@ -62,10 +73,6 @@ def tensors(shape: VisionShape) -> Iterator[tuple[str, tuple[int, ...]]]:
         yield f"{block}.ffn_up.bias", (shape.ffn,)
         yield f"{block}.ffn_down.weight", (n, shape.ffn)
         yield f"{block}.ffn_down.bias", (n,)
-    yield "mm.0.weight", (shape.text_hidden, n)
-    yield "mm.0.bias", (shape.text_hidden,)
-    yield "mm.2.weight", (shape.text_hidden, shape.text_hidden)
-    yield "mm.2.bias", (shape.text_hidden,)
 
 
 def _values(name: str, dims: tuple[int, ...], seed: int) -> np.ndarray:
@@ -78,8 +85,18 @@ def write(shape: VisionShape, path: Path, seed: int = 0) -> None:
     """The projector GGUF at `path`."""
     writer = GGUFWriter(path, "clip")
     writer.add_name("random llava-style projector")
+    add_tower(writer, "mlp", shape, 1e-5)
+    writer.add_vision_image_mean([0.5, 0.5, 0.5])
+    writer.add_vision_image_std([0.5, 0.5, 0.5])
+    writer.add_vision_use_gelu(True)
+    finish(writer, ((name, _values(name, dims, seed)) for name, dims in tensors(shape)))
+
+
+def add_tower(writer: GGUFWriter, projector: str, shape: Any, eps: float) -> None:
+    """The keys of a vision tower of `shape` (a shape dataclass with VisionShape's fields)
+    under llama.cpp's projector type `projector`."""
     writer.add_clip_has_vision_encoder(True)
-    writer.add_clip_projector_type("mlp")
+    writer.add_clip_projector_type(projector)
     writer.add_vision_image_size(shape.image_size)
     writer.add_vision_patch_size(shape.patch_size)
     writer.add_vision_embedding_length(shape.hidden)
@@ -87,11 +104,7 @@ def write(shape: VisionShape, path: Path, seed: int = 0) -> None:
     writer.add_vision_projection_dim(shape.text_hidden)
     writer.add_vision_block_count(shape.layers)
     writer.add_vision_head_count(shape.heads)
-    writer.add_vision_attention_layernorm_eps(1e-5)
-    writer.add_vision_image_mean([0.5, 0.5, 0.5])
-    writer.add_vision_image_std([0.5, 0.5, 0.5])
-    writer.add_vision_use_gelu(True)
-    finish(writer, ((name, _values(name, dims, seed)) for name, dims in tensors(shape)))
+    writer.add_vision_attention_layernorm_eps(eps)
 
 
 def finish(writer: GGUFWriter, named: Iterable[tuple[str, np.ndarray]]) -> None:

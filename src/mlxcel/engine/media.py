@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from mlxcel.engine.types import MediaSpan
+from mlxcel.engine.types import MediaSpan, MropePositions
 from mlxcel.media.audio import Media
 from mlxcel.media.recent import Recent
 
@@ -58,6 +58,12 @@ def chunk_end(spans: Sequence[MediaSpan], start: int, budget: int, length: int) 
 def rows_in(spans: Sequence[MediaSpan], start: int, end: int) -> tuple[tuple[int, np.ndarray], ...]:
     """The images among prompt tokens [start, end), as a Feed takes them."""
     return tuple((s.start - start, s.embeddings) for s in spans if start <= s.start < end)
+
+
+def mrope_in(spans: Sequence[MediaSpan], start: int, end: int) -> tuple[MropePositions | None, ...]:
+    """The M-RoPE positions of the images `rows_in` gives (empty when none has any)."""
+    inside = tuple(s.mrope for s in spans if start <= s.start < end)
+    return inside if any(inside) else ()
 
 
 def reusable(spans: Sequence[MediaSpan], cached: int) -> int:

@@ -254,7 +254,9 @@ class Scheduler:
                 # With no token to generate (max_tokens 0) the prompt is only evaluated.
                 last = end == len(r.job.prompt)
                 sample = last and r.job.params.max_tokens > 0
-                prompts.append(Feed(r.slot, chunk, sample, media.rows_in(r.job.media, r.fed, end)))
+                rows = media.rows_in(r.job.media, r.fed, end)
+                mrope = media.mrope_in(r.job.media, r.fed, end)
+                prompts.append(Feed(r.slot, chunk, sample, rows, mrope=mrope))
         # Drafts take what the prompts leave of the batch, so they never delay a first token.
         drafts = self._speculation.drafts(decoding, budget)
         feeds = [

@@ -104,6 +104,23 @@ class Sample:
 
 
 @dataclass(frozen=True)
+class MropePositions:
+    """Where an image's tokens sit for M-RoPE (Qwen2-VL style): four positions a token
+    (temporal, row, column, unused), and how far the sequence's next position moves past the
+    image (`n_pos`, its grid's longer side, not its token count)."""
+
+    base: np.ndarray = field(compare=False, repr=False)
+    """int32 (4, tokens): each section's position with the image's first token at 0."""
+    moves: np.ndarray = field(compare=False, repr=False)
+    """int32 (4, tokens): 1 where that position moves with the image's start, else 0."""
+    n_pos: int
+
+    def at(self, start: int) -> np.ndarray:
+        """The positions, section-major, with the image's first token at position `start`."""
+        return np.ascontiguousarray(self.base + start * self.moves, dtype=np.int32).ravel()
+
+
+@dataclass(frozen=True)
 class MediaSpan:
     """An image's (or one audio window's) place in a prompt: where its tokens start, and their
     embedding rows.
@@ -116,6 +133,9 @@ class MediaSpan:
     embeddings: np.ndarray = field(compare=False, repr=False)
     """float32, one row per token of the image, the model's embedding width."""
     digest: str
+    mrope: MropePositions | None = field(default=None, compare=False, repr=False)
+    """Its M-RoPE positions, on a model that places media on a grid (Qwen2-VL); None: its
+    tokens take the next positions one by one, as text does."""
 
     @property
     def end(self) -> int:
@@ -140,6 +160,8 @@ class Feed:
     tokens: Sequence[int]
     sample: bool
     media: tuple[tuple[int, np.ndarray], ...] = ()
+    mrope: tuple[MropePositions | None, ...] = ()
+    """Each image's of `media` M-RoPE positions (MediaSpan.mrope); empty when none has any."""
     draft: Sequence[int] = ()
     """Tokens proposed to follow `tokens`, verified in the same pass (a generator that
     VerifiesDrafts); those not accepted leave the KV state."""

@@ -15,6 +15,8 @@ from llguidance.llamacpp import lltokenizer_from_vocab
 
 from mlxcel.backends.guidance import Constraint, constraint
 from mlxcel.backends.llamacpp import drafting, native
+from mlxcel.backends.llamacpp.embedding_batch import decode_rows
+from mlxcel.backends.llamacpp.jumps import Jumps
 from mlxcel.backends.llamacpp.kv_cache import kv_cache_info
 from mlxcel.backends.llamacpp.model import (
     LlamaCppOptions,
@@ -32,6 +34,7 @@ from mlxcel.engine.types import (
     FimTokens,
     KvCacheInfo,
     MediaSpan,
+    MropePositions,
     Sample,
     SamplingParams,
 )
@@ -76,6 +79,9 @@ class LlamaCppGenerator:
         self._batch = llama_cpp.llama_batch_init(self._max_feed, 0, 1)
         self._slots: dict[int, _Slot] = {}
         self._n_past = [0] * options.parallel
+        """Each slot's next KV position: its token count until an M-RoPE image."""
+        self._jumps = [Jumps() for _ in range(options.parallel)]
+        """Each slot's map from token index to position (they differ after M-RoPE images)."""
         self._pieces: dict[int, bytes] = {}
         self._tokenizer: llguidance.LLTokenizer | None = None
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
@@ -180,8 +186,10 @@ class LlamaCppGenerator:
 
     def open_slot(self, slot: int, params: SamplingParams, *, reuse: int = 0) -> None:
         self.close_slot(slot)
-        llama_cpp.llama_memory_seq_rm(self._memory, slot, reuse, -1)
-        self._n_past[slot] = reuse
+        kept = self._jumps[slot].position(reuse)
+        llama_cpp.llama_memory_seq_rm(self._memory, slot, kept, -1)
+        self._n_past[slot] = kept
+        self._jumps[slot].keep(reuse)
         banned: tuple[int, ...] = ()
         if params.ignore_eos:
             banned = self._eog
@@ -208,12 +216,16 @@ class LlamaCppGenerator:
         size = llama_cpp.llama_state_seq_get_size(self._ctx, slot)
         buffer = (ctypes.c_uint8 * size)()
         written = llama_cpp.llama_state_seq_get_data(self._ctx, buffer, size, slot)
-        return ctypes.string_at(buffer, written)
+        # The slot's positions after M-RoPE images go first.
+        return self._jumps[slot].to_bytes() + ctypes.string_at(buffer, written)
 
     def load_state(self, slot: int, data: bytes) -> bool:
         llama_cpp.llama_memory_seq_rm(self._memory, slot, -1, -1)
-        buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        return llama_cpp.llama_state_seq_set_data(self._ctx, buffer, len(data), slot) == len(data)
+        self._jumps[slot], size = Jumps.from_bytes(data)
+        state = data[size:]
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        loaded = llama_cpp.llama_state_seq_set_data(self._ctx, buffer, len(state), slot)
+        return loaded == len(state)
 
     @property
     def batched(self) -> bool:
@@ -250,7 +262,9 @@ class LlamaCppGenerator:
     def _step_media(self, feed: Feed) -> Sample | None:
         index = -1
         pos = 0
-        for offset, rows in (*feed.media, (len(feed.tokens), None)):
+        mrope = feed.mrope or (None,) * len(feed.media)
+        images = [(at, rows, m) for (at, rows), m in zip(feed.media, mrope, strict=True)]
+        for offset, rows, positions in (*images, (len(feed.tokens), None, None)):
             if offset > pos:
                 last = rows is None
                 text = Feed(feed.slot, feed.tokens[pos:offset], feed.sample and last)
@@ -258,38 +272,26 @@ class LlamaCppGenerator:
                 index = -1 if decoded is None else decoded
             if rows is not None:
                 last = offset + len(rows) == len(feed.tokens)
-                index = self._decode_embeddings(feed.slot, rows, feed.sample and last)
+                index = self._decode_embeddings(feed.slot, rows, feed.sample and last, positions)
                 pos = offset + len(rows)
             else:
                 pos = offset
         return self._sample(feed.slot, index) if feed.sample else None
 
-    def _decode_embeddings(self, slot: int, rows: np.ndarray, logits: bool) -> int:
-        """Evaluate one image's rows at the slot's next positions; the index of its last."""
-        n, width = rows.shape
-        batch = llama_cpp.llama_batch_init(n, width, 1)
-        try:
-            data = np.ascontiguousarray(rows, dtype=np.float32)
-            ctypes.memmove(batch.embd, data.ctypes.data, data.nbytes)
-            start = self._n_past[slot]
-            for i in range(n):
-                batch.pos[i] = start + i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = slot
-                batch.logits[i] = logits and i == n - 1
-            batch.n_tokens = n
-            non_causal = self._projector is not None and self._projector.non_causal
-            if non_causal:
-                llama_cpp.llama_set_causal_attn(self._ctx, False)
-            status = llama_cpp.llama_decode(self._ctx, batch)
-            if non_causal:
-                llama_cpp.llama_set_causal_attn(self._ctx, True)
-            if status != 0:
-                raise RuntimeError(f"llama_decode failed on an image with status {status}")
-            self._n_past[slot] = start + n
-            return n - 1
-        finally:
-            llama_cpp.llama_batch_free(batch)
+    def _decode_embeddings(
+        self, slot: int, rows: np.ndarray, logits: bool, mrope: MropePositions | None
+    ) -> int:
+        """Evaluate one image's rows at the slot's next positions (M-RoPE's four sections
+        where it has them); the index of its last."""
+        n = len(rows)
+        start = self._n_past[slot]
+        steps = np.arange(start, start + n, dtype=np.int32) if mrope is None else mrope.at(start)
+        causal = self._projector is None or not self._projector.non_causal
+        decode_rows(self._ctx, slot, rows, steps, logits=logits, causal=causal)
+        n_pos = n if mrope is None else mrope.n_pos
+        self._jumps[slot].advance(start, n, n_pos)
+        self._n_past[slot] = start + n_pos
+        return n - 1
 
     def _step_tokens(self, feeds: Sequence[Feed]) -> list[Sample | None]:
         outputs = self._decode_tokens(feeds)
@@ -373,6 +375,7 @@ class LlamaCppGenerator:
         self.close_slot(0)
         llama_cpp.llama_memory_seq_rm(self._memory, 0, -1, -1)
         self._n_past[0] = 0
+        self._jumps[0] = Jumps()
 
     def close(self) -> None:
         for slot in list(self._slots):

@@ -16,7 +16,7 @@ import numpy as np
 from llama_cpp import _logger as llama_logger
 
 from mlxcel.engine.media import ImageRows
-from mlxcel.engine.types import EngineError, MediaSpan
+from mlxcel.engine.types import EngineError, MediaSpan, MropePositions
 from mlxcel.media.audio import Audio, Media
 from mlxcel.media.images import MEDIA_MARKER
 
@@ -54,12 +54,8 @@ class Projector:
         if not self.modalities:
             self.close()
             raise ValueError(f"{path} is not a vision or audio projector (no encoder)")
-        if mtmd.mtmd_decode_use_mrope(ctx):
-            self.close()
-            raise ValueError(
-                f"{path} needs M-RoPE positions (Qwen2-VL style), which mlxcel does not lay "
-                "out yet: serve the model through MLX, or a projector with plain positions"
-            )
+        self.mrope = bool(mtmd.mtmd_decode_use_mrope(ctx))
+        """Whether the model places media by M-RoPE positions (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)."""
         self.audio_rate = int(mtmd.mtmd_get_audio_sample_rate(ctx)) if "audio" in self else None
         """Samples per second the audio encoder takes (None: it takes no audio)."""
         self.non_causal = bool(mtmd.mtmd_decode_use_non_causal(ctx, None))
@@ -140,7 +136,7 @@ class Projector:
                 digest = hashlib.sha256(f"{digest}:{windows[index]}".encode()).hexdigest()
                 windows[index] += 1
             rows = self._embed(chunk, digest, max_chunk_tokens)
-            span = MediaSpan(len(tokens), rows, digest)
+            span = MediaSpan(len(tokens), rows, digest, _mrope(chunk) if self.mrope else None)
             spans.append(span)
             tokens.extend([span.placeholder] * len(rows))
         return tokens, tuple(spans)
@@ -171,6 +167,29 @@ class Projector:
         if self._ctx:
             mtmd.mtmd_free(self._ctx)
             self._ctx = None
+
+
+def _mrope(chunk: Any) -> MropePositions:
+    """A chunk's M-RoPE positions: libmtmd's grid for an image (read with its first token at
+    positions 0 and 1, which tells which sections move with the start), one position a token
+    in every section for audio."""
+    n = int(mtmd.mtmd_input_chunk_get_n_tokens(chunk))
+    n_pos = int(mtmd.mtmd_input_chunk_get_n_pos(chunk))
+    if mtmd.mtmd_input_chunk_get_type(chunk) != mtmd.MTMD_INPUT_CHUNK_TYPE_IMAGE:
+        steps = np.broadcast_to(np.arange(n, dtype=np.int32), (4, n)).copy()
+        return MropePositions(steps, np.ones((4, n), dtype=np.int32), n_pos)
+    image = mtmd.mtmd_input_chunk_get_tokens_image(chunk)
+    at = [_decoder_positions(image, n, start) for start in (0, 1)]
+    return MropePositions(at[0], at[1] - at[0], n_pos)
+
+
+def _decoder_positions(image: Any, n: int, start: int) -> np.ndarray:
+    """libmtmd's (t, x, y, z) of each of an image's tokens as the text model's sections
+    (temporal, row, column, unused), as its helper lays them out: int32 (4, n)."""
+    out = (mtmd.mtmd_decoder_pos * n)()
+    mtmd.mtmd_helper_image_get_decoder_pos(image, start, out)
+    table = np.array([(p.t, p.y, p.x, p.z) for p in out], dtype=np.int64)
+    return table.T.astype(np.int32)
 
 
 def _kind(medium: Media) -> str:
