@@ -8,7 +8,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from mlxcel.engine.types import MediaSpan, MropePositions
+from mlxcel.engine.positions import MropePositions
+from mlxcel.engine.types import MediaSpan
 from mlxcel.media.audio import Media
 from mlxcel.media.recent import Recent
 

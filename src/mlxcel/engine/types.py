@@ -8,6 +8,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
+from mlxcel.engine.positions import MropePositions
+
 DRY_BREAKERS = ("\n", ":", '"', "*")
 
 # The stages of llama-server's sampler chain, by its names (`samplers`), in its default order.
@@ -101,23 +103,6 @@ class Sample:
     then: tuple[Sample, ...] = ()
     """With a draft: the tokens sampled at the draft's positions after this one, one per draft
     token accepted (the last of them is the model's own, where the draft was rejected)."""
-
-
-@dataclass(frozen=True)
-class MropePositions:
-    """Where an image's tokens sit for M-RoPE (Qwen2-VL style): four positions a token
-    (temporal, row, column, unused), and how far the sequence's next position moves past the
-    image (`n_pos`, its grid's longer side, not its token count)."""
-
-    base: np.ndarray = field(compare=False, repr=False)
-    """int32 (4, tokens): each section's position with the image's first token at 0."""
-    moves: np.ndarray = field(compare=False, repr=False)
-    """int32 (4, tokens): 1 where that position moves with the image's start, else 0."""
-    n_pos: int
-
-    def at(self, start: int) -> np.ndarray:
-        """The positions, section-major, with the image's first token at position `start`."""
-        return np.ascontiguousarray(self.base + start * self.moves, dtype=np.int32).ravel()
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,13 @@ from mlxcel.backends.llamacpp.model import (
 )
 from mlxcel.backends.llamacpp.sampling import build_chain, sample_with_logprobs
 from mlxcel.backends.llamacpp.vision import Projector
+from mlxcel.engine.positions import MropePositions
 from mlxcel.engine.types import (
     ChatTemplate,
     Feed,
     FimTokens,
     KvCacheInfo,
     MediaSpan,
-    MropePositions,
     Sample,
     SamplingParams,
 )

@@ -16,7 +16,8 @@ import numpy as np
 from llama_cpp import _logger as llama_logger
 
 from mlxcel.engine.media import ImageRows
-from mlxcel.engine.types import EngineError, MediaSpan, MropePositions
+from mlxcel.engine.positions import MropePositions
+from mlxcel.engine.types import EngineError, MediaSpan
 from mlxcel.media.audio import Audio, Media
 from mlxcel.media.images import MEDIA_MARKER
 
