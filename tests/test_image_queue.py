@@ -1,9 +1,12 @@
 """Image admission: one batch at a time, a full queue and a long wait -> 503 server_busy, and
-a client that goes away cancels its batch between steps and frees the pipeline."""
+a client that goes away cancels its batch between steps and frees the pipeline; each image
+model in a worker of its own, whose kill -9 fails its running and queued requests with 503 and
+whose next request starts it again."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,12 +20,14 @@ from mlxcel.protocol.images import MAX_STEPS
 from mlxcel.serving.image_files import ImageFiles
 from tests.conftest import BUSY_IMAGE_MODEL, IMAGE_KEY, IMAGE_READY_S, start
 from tests.conftest import BUSY_QUEUE_TIMEOUT_S as QUEUE_TIMEOUT_S
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, alive
+from tests.test_workers import _wait_for
 
 # The image tests share one server, whose start (torch, diffusers, two pipelines) is slow.
 pytestmark = pytest.mark.slow
 
 
+MODEL = "tiny-sd"
 CANCELLED = "image batch cancelled"
 WITHDRAWN = "cancelled while waiting for the pipeline"
 # A batch long enough that it is still running whenever the test looks.
@@ -156,3 +161,71 @@ def test_sigterm_ends_the_running_batch_and_the_waiting_one(
     log = server.log()
     assert "image batch ended: the server is stopping" in log
     assert "Traceback" not in log
+
+
+def listed(server: ServerProcess) -> dict[str, dict[str, object]]:
+    with server.http(headers=AUTH) as http:
+        return {m["id"]: m for m in http.get("/v1/models").json()["data"]}
+
+
+def meta(server: ServerProcess, name: str) -> dict[str, object]:
+    value: dict[str, object] = listed(server)[name]["meta"]  # type: ignore[assignment]
+    return value
+
+
+def test_each_image_model_runs_in_a_worker_of_its_own(images_server: ServerProcess) -> None:
+    pids = {meta(images_server, name)["pid"] for name in (MODEL, BUSY_IMAGE_MODEL)}
+    assert len(pids) == 2 and pids <= set(images_server.workers())
+    assert images_server.process.pid not in pids
+    # Its size is its worker's resident memory: torch and the pipeline, far above nothing.
+    size = meta(images_server, MODEL)["memory_bytes"]
+    assert isinstance(size, int) and size > 64 * 1024 * 1024
+
+
+def test_killed_image_worker_fails_its_requests_and_restarts(
+    images_server: ServerProcess,
+) -> None:
+    short, seeded = {**SHORT, "model": MODEL}, {**SHORT, "model": MODEL, "seed": 7}
+    before = post(images_server, seeded).json()["data"][0]["b64_json"]
+    victim = meta(images_server, MODEL)["pid"]
+    assert isinstance(victim, int)
+    with (
+        images_server.http(headers=AUTH) as http,
+        ThreadPoolExecutor(1) as pool,
+        http.stream(
+            "POST", "/v1/images/generations", json={**LONG, "model": MODEL, "stream": True}
+        ) as run,
+    ):
+        lines = (line for line in run.iter_lines() if line.startswith("data: "))
+        assert json.loads(next(lines)[6:])["type"] == "image_generation.progress"
+        queued = pool.submit(post, images_server, short)
+        _wait_for(lambda: meta(images_server, MODEL)["requests"] == 2, "queued")
+        os.kill(victim, signal.SIGKILL)
+        events = [json.loads(line[6:]) for line in lines]
+        waited = queued.result()
+    reason = f"the worker process of the model '{MODEL}' was killed by SIGKILL"
+    # The stream ends with an error event, the queued request is a 503: both say why.
+    assert events[-1]["type"] == "error"
+    assert events[-1]["error"]["code"] == "model_unavailable"
+    assert reason in events[-1]["error"]["message"]
+    assert waited.status_code == 503, waited.text
+    assert waited.json()["error"]["code"] == "model_unavailable"
+    assert reason in waited.json()["error"]["message"]
+    model = listed(images_server)[MODEL]
+    assert model["state"] == "failed" and reason in str(model["reason"])
+    # The other image model serves on.
+    assert post(images_server, SHORT).status_code == 200
+
+    # The next request starts a new worker, which draws the same image for the same seed.
+    assert post(images_server, seeded).json()["data"][0]["b64_json"] == before
+    assert listed(images_server)[MODEL]["state"] == "loaded"
+    assert meta(images_server, MODEL)["pid"] not in (victim, None)
+
+
+def test_unloading_ends_the_image_worker(images_server: ServerProcess) -> None:
+    pid = meta(images_server, BUSY_IMAGE_MODEL)["pid"]
+    assert isinstance(pid, int) and alive(pid)
+    with images_server.http(headers=AUTH) as http:
+        assert http.post("/models/unload", json={"model": BUSY_IMAGE_MODEL}).status_code == 200
+    assert not alive(pid) and pid not in images_server.workers()
+    assert meta(images_server, BUSY_IMAGE_MODEL)["pid"] is None

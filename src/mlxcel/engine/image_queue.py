@@ -94,18 +94,20 @@ class ImageQueue:
         self._waiting: deque[_Request] = deque()
         self._busy = False
         self._wakeup = threading.Condition()
-        self._stopping = False
+        self._stopped: EngineError | None = None
+        """Once the queue stops: what the batch running and those waiting end with."""
         self._thread = threading.Thread(target=self._run, name=f"images-{name}", daemon=True)
 
     def start(self) -> None:
         """Start the pipeline's thread."""
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop the batch running now at its next step and end the thread: it and the waiting
-        requests get a `shutting_down` error."""
+    def stop(self, error: EngineError | None = None) -> None:
+        """Stop the batch running now at its next step and end the thread: it, the waiting
+        requests and any submitted after get `error` (by default a `shutting_down` one)."""
         with self._wakeup:
-            self._stopping = True
+            if self._stopped is None:
+                self._stopped = error or EngineError(SHUTTING_DOWN, "shutting_down")
             self._wakeup.notify()
         self._thread.join(timeout=60)
 
@@ -116,9 +118,11 @@ class ImageQueue:
 
     def submit(self, request_id: str, job: ImageJob) -> ImageHandle:
         """Queue a batch (all of a request's images); EngineError(code='server_busy') when the
-        queue is full."""
+        queue is full, the queue's stop error once it has stopped."""
         handle = ImageHandle(request_id, asyncio.get_running_loop())
         with self._wakeup:
+            if self._stopped is not None:
+                raise self._stopped
             room = self._limits.queue_size + (0 if self._busy else 1)
             if len(self._waiting) >= room:
                 raise EngineError("the server is busy: the image queue is full", "server_busy")
@@ -139,7 +143,7 @@ class ImageQueue:
     def _run(self) -> None:
         while True:
             request = self._next()
-            if request is None:
+            if isinstance(request, EngineError):
                 break
             self._serve(request)
         with self._wakeup:
@@ -147,12 +151,12 @@ class ImageQueue:
         for left in waiting:
             # Out of the queue, so that its route stops waiting for the pipeline and reads it.
             left.handle.mark_started()
-            left.handle.deliver(EngineError(SHUTTING_DOWN, "shutting_down"))
+            left.handle.deliver(request)
 
-    def _next(self) -> _Request | None:
-        """The next request to run, skipping those given up on; None to stop."""
+    def _next(self) -> _Request | EngineError:
+        """The next request to run, skipping those given up on; the stop error to stop."""
         with self._wakeup:
-            while not self._stopping:
+            while self._stopped is None:
                 while self._waiting:
                     request = self._waiting.popleft()
                     if not request.handle.cancelled:
@@ -160,11 +164,11 @@ class ImageQueue:
                         request.handle.mark_started()
                         return request
                 self._wakeup.wait(timeout=0.5)
-        return None
+            return self._stopped
 
     def _gives_up(self, handle: ImageHandle) -> bool:
         """Whether to stop a batch: its client went away, or the server is stopping."""
-        return handle.cancelled or self._stopping
+        return handle.cancelled or self._stopped is not None
 
     def _serve(self, request: _Request) -> None:
         handle, job = request.handle, request.job
@@ -173,12 +177,16 @@ class ImageQueue:
         try:
             result = self._generator.generate(job, handle.deliver, lambda: self._gives_up(handle))
         except GenerationCancelled:
-            if not handle.cancelled:
+            if not handle.cancelled and self._stopped is not None:
                 logger.info("image batch ended: the server is stopping", extra=about)
-                handle.deliver(EngineError(SHUTTING_DOWN, "shutting_down"))
+                handle.deliver(self._stopped)
                 return
             logger.info("image batch cancelled", extra=about)
             handle.deliver(EngineError("cancelled", "cancelled"))
+        except EngineError as exc:
+            # The engine could not run it (its worker died): the error says why.
+            logger.warning("image batch failed: %s", exc, extra=about)
+            handle.deliver(exc)
         except Exception as exc:
             logger.exception("image batch failed", extra=about)
             handle.deliver(EngineError(str(exc) or type(exc).__name__))

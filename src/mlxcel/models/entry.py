@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mlxcel.config import ModelConfig
-from mlxcel.models.images import ImageModel
 from mlxcel.models.loaded import CAPABILITIES, Capability, Loaded
 from mlxcel.models.memory import weights_bytes
 
@@ -57,8 +56,7 @@ class ModelEntry:
     """The load or unload in progress; it ends with why a load failed, or None."""
     failures: deque[float] = field(default_factory=deque)
     size: int | None = None
-    """What the model took when it last loaded, measured: its worker's resident memory (or
-    what this process grew by, for a kind that loads in it)."""
+    """What the model took when it last loaded, measured: its worker's resident memory."""
 
     @property
     def name(self) -> str:
@@ -69,7 +67,7 @@ class ModelEntry:
     def pid(self) -> int | None:
         """The process id of the model's worker, while one serves it."""
         model = self.model
-        return None if model is None or isinstance(model, ImageModel) else model.worker.pid
+        return None if model is None else model.worker.pid
 
     @property
     def capabilities(self) -> tuple[Capability, ...]:

@@ -1,7 +1,10 @@
-"""An image model as the server holds it: its pipeline behind a queue of one batch at a time.
+"""An image model: its pipeline in the model's worker process, behind a queue (in the HTTP
+process) that runs one batch at a time.
 
-The capability routes use is `ImageQueue.submit(request_id, ImageJob)`, whose inputs and
-outputs are plain dataclasses and numpy arrays, so the model can move into a worker process.
+The queue keeps admission (queue size and timeout, `n` images admitted whole), cancellation and
+the drain where the requests are; each batch crosses to the worker as a stream of its progress
+and previews, then its images (`models/proxies.py`'s `RemoteImageGenerator`), and a client that
+goes away or a stopping server cancels it there between two denoising steps.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from mlxcel.config import ModelConfig
 from mlxcel.engine.image_queue import ImageQueue
 from mlxcel.engine.image_types import ImageGenerator, ImageModelInfo
 from mlxcel.engine.scheduler import SchedulerLimits
+from mlxcel.models.proxies import RemoteImageGenerator
+from mlxcel.models.remote import Worker, WorkerGone
+from mlxcel.models.textgen import unavailable
 from mlxcel.progress import progress
 
 logger = logging.getLogger(__name__)
@@ -22,9 +28,11 @@ IMAGE_BACKEND = "diffusers"
 
 @dataclass
 class ImageModel:
-    """A loaded image model: what it can do, and the queue its batches go through."""
+    """A loaded image model: what it can do, its worker, and the queue its batches go
+    through."""
 
     config: ModelConfig
+    worker: Worker
     generator: ImageGenerator
     queue: ImageQueue
 
@@ -39,29 +47,33 @@ class ImageModel:
         return self.generator.info
 
     def close(self) -> None:
-        """Stop the queue's thread and free the pipeline."""
-        self.queue.stop()
+        """Stop the queue's thread and end the worker: every byte of the model goes. If the
+        worker died, the requests still waiting fail with how it ended."""
+        gone = self.worker.gone
+        self.queue.stop(None if gone is None else unavailable(WorkerGone(gone)))
         self.generator.close()
 
 
-def _check_layout(config: ModelConfig) -> None:
+def served_image_model(config: ModelConfig, worker: Worker, info: ImageModelInfo) -> ImageModel:
+    """The image model of a worker that has loaded its pipeline, its queue started."""
+    generator = RemoteImageGenerator(worker, info)
+    limits = SchedulerLimits(config.queue_size, config.queue_timeout)
+    queue = ImageQueue(generator, limits=limits, name=config.served_name)
+    queue.start()
+    return ImageModel(config, worker, generator, queue)
+
+
+def open_image_generator(config: ModelConfig) -> ImageGenerator:
+    """Load a diffusers pipeline folder (in the model's worker process)."""
     if not (config.model / "model_index.json").is_file():
         raise ValueError(
             f"{config.model} is not a diffusers pipeline folder (it has no model_index.json)"
         )
-
-
-def load_image_model(config: ModelConfig) -> ImageModel:
-    """Load a diffusers pipeline folder and start the queue that owns it."""
-    _check_layout(config)
     from mlxcel.backends.images.diffusers_engine import DiffusersImageGenerator
 
     logger.info("loading %s with diffusers (%d threads)", config.model, config.threads)
     with progress(f"loading {config.model.name}"):
         generator = DiffusersImageGenerator(config.model, config.threads)
-    limits = SchedulerLimits(config.queue_size, config.queue_timeout)
-    queue = ImageQueue(generator, limits=limits, name=config.served_name)
-    queue.start()
     width, height = generator.info.default_size
     logger.info("serving %s as '%s' (%dx%d)", config.model.name, config.served_name, width, height)
-    return ImageModel(config, generator, queue)
+    return generator

@@ -10,7 +10,7 @@ from mlxcel.config import Kind, ModelConfig
 from mlxcel.engine.sampling import SamplingDefaults
 from mlxcel.engine.types import ChatTemplate, TextModel
 from mlxcel.models.audio import SpeechModel, TranscriptionModel
-from mlxcel.models.images import ImageModel
+from mlxcel.models.images import ImageModel, served_image_model
 from mlxcel.models.loader import backend_label
 from mlxcel.models.proxies import (
     RemoteEmbedder,
@@ -151,15 +151,16 @@ class LoadedEncoder:
         self.encoder.close()
 
 
-InWorker = LoadedModel | LoadedEncoder | TranscriptionModel | SpeechModel
-"""A loaded model that runs in a worker process of its own."""
-Loaded = InWorker | ImageModel
-"""What the registry holds for a loaded model, whatever its kind."""
+Loaded = LoadedModel | LoadedEncoder | TranscriptionModel | SpeechModel | ImageModel
+"""What the registry holds for a loaded model, whatever its kind: each runs in a worker
+process of its own."""
 
 
-def served(config: ModelConfig, worker: Worker, facts: Any) -> InWorker:
+def served(config: ModelConfig, worker: Worker, facts: Any) -> Loaded:
     """The loaded model of a worker that has sent its facts, as its kind serves it."""
     name = config.served_name
+    if config.kind == "image":
+        return served_image_model(config, worker, facts)
     if config.kind == "transcription":
         engine = RemoteTranscriber(worker, facts)
         return TranscriptionModel(name, engine.parallel, engine=engine, worker=worker)

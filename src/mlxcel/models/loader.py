@@ -18,7 +18,7 @@ from mlxcel.engine.scheduler import Scheduler, SchedulerLimits
 from mlxcel.engine.speculative import SpeculativeConfig
 from mlxcel.engine.types import ChatTemplate, TextGenerator, VerifiesDrafts
 from mlxcel.models.audio import AUDIO_KINDS, engine_label
-from mlxcel.models.images import IMAGE_BACKEND, ImageModel, load_image_model
+from mlxcel.models.images import IMAGE_BACKEND
 from mlxcel.parsers.tools import detect_parser
 from mlxcel.progress import progress
 from mlxcel.serving.reasoning import reasoning_parser_name
@@ -26,8 +26,6 @@ from mlxcel.serving.reasoning import reasoning_parser_name
 logger = logging.getLogger(__name__)
 
 ENCODER_KINDS = frozenset({"embedding", "rerank"})
-# The kinds that load in the HTTP process; every other kind runs in a worker per model.
-IN_PROCESS_KINDS = frozenset({"image"})
 
 
 def choose_backend(model: Path, requested: str) -> str:
@@ -104,11 +102,6 @@ def _open_mlx(config: ModelConfig) -> TextGenerator:
 
             return MlxVisionGenerator(config.model, options)
         return MlxGenerator(config.model, options)
-
-
-def load_in_process(config: ModelConfig) -> ImageModel:
-    """Load an image model, which serves in the HTTP process."""
-    return load_image_model(config)
 
 
 @dataclass

@@ -1,16 +1,17 @@
-"""Embedding, rerank, transcription and speech engines across the process boundary, as the
-HTTP process serves them.
+"""Embedding, rerank, transcription, speech and image engines across the process boundary, as
+the HTTP process serves them.
 
-Each is its kind's capability class (`Embedder`, `Reranker`, `Transcriber`, `Synthesizer`)
-over the model's worker: what the worker sent once is kept, an encoder's methods are calls, an
-audio engine's iterators are streams read one item at a time (closing one early cancels it in
-the worker). Closing one ends the worker. The worker's side is `models/services.py`.
+Each is its kind's capability class (`Embedder`, `Reranker`, `Transcriber`, `Synthesizer`,
+`ImageGenerator`) over the model's worker: what the worker sent once is kept, an encoder's
+methods are calls, an audio engine's iterators and an image batch are streams read one item at
+a time (closing one early, or an image batch's `cancelled()`, cancels it in the worker).
+Closing one ends the worker. The worker's side is `models/services.py`.
 """
 
 from __future__ import annotations
 
 import queue
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,14 @@ import numpy as np
 from mlxcel.backends.audio.speech import SpeechJob, Voice
 from mlxcel.backends.audio.transcript import Segment, TranscribeJob, TranscriptInfo
 from mlxcel.backends.embeddings import EncoderInfo
-from mlxcel.models.remote import Worker
+from mlxcel.engine.image_types import ImageEvent, ImageJob, ImageModelInfo, ImageResult
+from mlxcel.models.remote import Worker, WorkerGone
+from mlxcel.models.textgen import unavailable
+
+# How often a stream read with a `cancelled` check looks at it while no item comes, so a cancel
+# reaches the worker within this (an image batch stops at the first step that ends after it).
+CANCEL_POLL_S = 0.05
+_NOTHING = object()
 
 
 @dataclass(frozen=True)
@@ -59,15 +67,26 @@ class _Items:
         self.queue.put(StreamEnd(error))
 
 
-def streamed(worker: Worker, method: str, *args: Any) -> Iterator[Any]:
+def streamed(
+    worker: Worker, method: str, *args: Any, cancelled: Callable[[], bool] | None = None
+) -> Iterator[Any]:
     """The items of a worker's stream, each as it comes (blocking: read it on a thread); the
-    stream's error, WorkerGone included, is raised where it ends."""
+    stream's error, WorkerGone included, is raised where it ends. With `cancelled`, the stream
+    is cancelled once that is true, and read on to its end."""
     items = _Items()
     (stream_id,) = worker.stream(method, args, [items])
     ended = False
     try:
         while True:
-            item = items.queue.get()
+            try:
+                item = items.queue.get(timeout=None if cancelled is None else CANCEL_POLL_S)
+            except queue.Empty:
+                item = _NOTHING
+            if cancelled is not None and cancelled():
+                worker.cancel(stream_id)
+                cancelled = None
+            if item is _NOTHING:
+                continue
             if isinstance(item, StreamEnd):
                 ended = True
                 if item.error is not None:
@@ -160,3 +179,29 @@ class RemoteSynthesizer(_Remote):
 
     def synthesize(self, job: SpeechJob) -> Iterator[np.ndarray]:
         return streamed(self._worker, "synthesize", job)
+
+
+class RemoteImageGenerator(_Remote):
+    """`ImageGenerator` in a worker: one batch at a time (its queue sees to that)."""
+
+    def __init__(self, worker: Worker, info: ImageModelInfo) -> None:
+        super().__init__(worker)
+        self.info = info
+
+    def generate(
+        self, job: ImageJob, emit: Callable[[ImageEvent], None], cancelled: Callable[[], bool]
+    ) -> ImageResult:
+        """Run one batch in the worker; GenerationCancelled once `cancelled()` is true between
+        steps, EngineError(code='model_unavailable') if the worker dies."""
+        result: ImageResult | None = None
+        try:
+            for item in streamed(self._worker, "generate", job, cancelled=cancelled):
+                if isinstance(item, ImageResult):
+                    result = item
+                else:
+                    emit(item)
+        except WorkerGone as exc:
+            raise unavailable(exc) from exc
+        if result is None:
+            raise RuntimeError("the image batch ended without its images")
+        return result

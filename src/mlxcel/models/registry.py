@@ -2,11 +2,10 @@
 
 A route asks for a model by name and capability; the registry answers with a loaded model,
 loading it first when it is on demand or was unloaded, and holds a lease on it until the
-request is done so that it is never unloaded under a request. Each loaded model but an image
-model lives in a worker process of its own (`models/remote.py`): loading starts it, unloading
-ends it, and one that dies is `failed` until its next request starts it again. Image models
-load in this process. All state changes happen on the event loop; loading, and starting and
-stopping workers, run on a thread.
+request is done so that it is never unloaded under a request. Each loaded model lives in a
+worker process of its own (`models/remote.py`): loading starts it, unloading ends it, and one
+that dies is `failed` until its next request starts it again. All state changes happen on the
+event loop; starting and stopping workers run on a thread.
 """
 
 from __future__ import annotations
@@ -28,17 +27,14 @@ from mlxcel.models.entry import (
     ModelUnavailable,
     NoRoom,
 )
-from mlxcel.models.images import ImageModel
 from mlxcel.models.loaded import (
     CAPABILITY_FLAGS,
     CAPABILITY_NAMES,
     Capability,
-    InWorker,
     Loaded,
     served,
 )
-from mlxcel.models.loader import IN_PROCESS_KINDS, load_in_process
-from mlxcel.models.memory import mib, resident_bytes
+from mlxcel.models.memory import mib
 from mlxcel.models.remote import Worker
 from mlxcel.models.wire import Setup
 
@@ -193,29 +189,22 @@ class ModelRegistry:
         entry.size = size or entry.size
         entry.model, entry.state, entry.reason = model, "loaded", None
         size_text = f", resident {mib(entry.size)}" if entry.size is not None else ""
-        where = f"worker pid {entry.pid}" if entry.pid is not None else "in this process"
         logger.info(
-            "loaded model '%s' in %.1fs (%s%s)",
+            "loaded model '%s' in %.1fs (worker pid %d%s)",
             entry.name,
             time.monotonic() - started,
-            where,
+            model.worker.pid,
             size_text,
         )
         return None
 
     async def _open(self, entry: ModelEntry) -> tuple[Loaded, int | None]:
-        """Load the model (in a worker process of its own, an image model in this one) and
-        measure what it takes."""
-        if entry.config.kind not in IN_PROCESS_KINDS:
-            loop = asyncio.get_running_loop()
-            model = await asyncio.to_thread(self._start_worker, entry, loop)
-            return model, model.worker.resident_bytes()
-        before = resident_bytes()
-        image_model = await asyncio.to_thread(load_in_process, entry.config)
-        after = resident_bytes()
-        return image_model, None if before is None or after is None else max(0, after - before)
+        """Load the model in a worker process of its own and measure what it takes."""
+        loop = asyncio.get_running_loop()
+        model = await asyncio.to_thread(self._start_worker, entry, loop)
+        return model, model.worker.resident_bytes()
 
-    def _start_worker(self, entry: ModelEntry, loop: asyncio.AbstractEventLoop) -> InWorker:
+    def _start_worker(self, entry: ModelEntry, loop: asyncio.AbstractEventLoop) -> Loaded:
         """Start the model's worker process and wait for the model to load there (a thread)."""
         config = entry.config
 
@@ -230,12 +219,13 @@ class ModelRegistry:
         """A loaded model's worker ended on its own: the model failed; its next request
         starts it again (within the bounded restart rate)."""
         model = entry.model
-        if model is None or isinstance(model, ImageModel) or model.worker is not worker:
+        if model is None or model.worker is not worker:
             return
         entry.model, entry.state, entry.reason = None, "failed", reason
         entry.failures.append(time.monotonic())
         logger.error("model '%s' failed: %s", entry.name, reason)
-        # What the model kept in this process (an encoder's batcher thread) goes with it.
+        # What the model kept in this process (an encoder's batcher thread, an image model's
+        # queue) goes with it.
         asyncio.get_running_loop().run_in_executor(None, model.close)
 
     async def _make_room(self, entry: ModelEntry) -> None:

@@ -137,6 +137,11 @@ class Worker:
         """The worker's process id."""
         return self._process.pid
 
+    @property
+    def gone(self) -> str | None:
+        """How the worker process ended, once it has (None while it serves)."""
+        return self._gone
+
     def resident_bytes(self) -> int | None:
         """The worker's resident memory now: the model's size, measured."""
         return resident_bytes(self._process.pid)

@@ -1,19 +1,20 @@
-"""Embedding, rerank, transcription and speech models as their worker processes serve them
-(`models/worker.py`'s `Service`).
+"""Embedding, rerank, transcription, speech and image models as their worker processes serve
+them (`models/worker.py`'s `Service`).
 
 Each opens its engine in the worker, tells the HTTP process its facts once, and answers the
 engine's narrow capability methods: an encoder's as calls (`tokenize`, `embed`,
 `tokenize_pairs`, `score`: one batch per call, batched across requests in the HTTP process),
 an audio model's iterators as streams (`transcribe`: the info, then each segment;
-`synthesize`: each sentence's samples), one item per step, closed by `StreamEnd`. The HTTP
-process's side is `models/proxies.py`.
+`synthesize`: each sentence's samples), an image model's batch as a stream (`generate`: each
+step's progress and previews, then the images), one item per step, closed by `StreamEnd`.
+The HTTP process's side is `models/proxies.py`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,9 @@ from mlxcel.backends.embeddings import (
     open_reranker,
 )
 from mlxcel.config import ModelConfig
+from mlxcel.engine.image_types import GenerationCancelled, ImageGenerator, ImageJob, ImageModelInfo
 from mlxcel.models.audio import open_synthesizer, open_transcriber
+from mlxcel.models.images import open_image_generator
 from mlxcel.models.proxies import StreamEnd, SynthesizerFacts, TranscriberFacts
 from mlxcel.models.worker import StreamSink, picklable
 from mlxcel.progress import progress
@@ -48,17 +51,18 @@ class EngineService:
         return isinstance(item, StreamEnd)
 
     @staticmethod
-    def iterate(sinks: Sequence[StreamSink], steps: Iterator[Any]) -> None:
-        """Send each item of `steps` to the stream's one sink, on a thread of its own, until it
-        runs out, raises, or the stream is cancelled."""
+    def on_thread(sinks: Sequence[StreamSink], work: Callable[[StreamSink], None]) -> None:
+        """Run `work` with the stream's one sink on a thread of its own, then close the stream
+        (with the error `work` raised, if it did; an image batch's GenerationCancelled is its
+        answer to a cancel, not a failure to log)."""
         (sink,) = sinks
 
         def run() -> None:
             try:
-                for item in steps:
-                    if sink.cancelled:
-                        break
-                    sink.deliver(item)
+                work(sink)
+            except GenerationCancelled as exc:
+                sink.deliver(StreamEnd(exc))
+                return
             except Exception as exc:
                 logger.exception("a stream of the model failed")
                 sink.deliver(StreamEnd(picklable(exc)))
@@ -66,6 +70,19 @@ class EngineService:
             sink.deliver(StreamEnd())
 
         threading.Thread(target=run, name=f"stream-{sink.stream_id}", daemon=True).start()
+
+    @classmethod
+    def iterate(cls, sinks: Sequence[StreamSink], steps: Iterator[Any]) -> None:
+        """Send each item of `steps` to the stream's one sink, on a thread of its own, until it
+        runs out, raises, or the stream is cancelled."""
+
+        def work(sink: StreamSink) -> None:
+            for item in steps:
+                if sink.cancelled:
+                    break
+                sink.deliver(item)
+
+        cls.on_thread(sinks, work)
 
 
 class EmbeddingService(EngineService):
@@ -162,10 +179,39 @@ class SpeechService(EngineService):
         self._engine.close()
 
 
+class ImageService(EngineService):
+    """An image model's pipeline in its worker; the HTTP process's queue sends it one batch at
+    a time."""
+
+    streams = frozenset({"generate"})
+
+    def __init__(self, engine: ImageGenerator) -> None:
+        self._engine = engine
+
+    def facts(self) -> ImageModelInfo:
+        """Sizes, defaults and the edits the model does."""
+        return self._engine.info
+
+    def generate(self, sinks: Sequence[StreamSink], job: ImageJob) -> None:
+        """Each step's progress and previews, then the result; a cancelled stream ends with
+        GenerationCancelled at the next step."""
+
+        def work(sink: StreamSink) -> None:
+            sink.deliver(self._engine.generate(job, sink.deliver, lambda: sink.cancelled))
+
+        self.on_thread(sinks, work)
+
+    def close(self) -> None:
+        """Free the weights."""
+        self._engine.close()
+
+
 def open_model_service(
     config: ModelConfig,
-) -> EmbeddingService | RerankService | TranscriptionService | SpeechService:
-    """Open the engine of an embedding, rerank, transcription or speech model."""
+) -> EmbeddingService | RerankService | TranscriptionService | SpeechService | ImageService:
+    """Open the engine of an embedding, rerank, transcription, speech or image model."""
+    if config.kind == "image":
+        return ImageService(open_image_generator(config))
     if config.kind == "transcription":
         return TranscriptionService(open_transcriber(config.model, config.threads, config.parallel))
     if config.kind == "speech":

@@ -26,8 +26,15 @@ from mlxcel.engine.image_types import (
 )
 from mlxcel.engine.types import EngineError
 from mlxcel.logs import current_request
+from mlxcel.models.textgen import MODEL_UNAVAILABLE
 from mlxcel.protocol.images import ImageEditRequest, ImageRequest, OutputFormat
-from mlxcel.serving.errors import APIError, invalid_request, server_busy, shutting_down
+from mlxcel.serving.errors import (
+    APIError,
+    invalid_request,
+    model_unavailable,
+    server_busy,
+    shutting_down,
+)
 from mlxcel.serving.image_files import ImageFiles
 
 logger = logging.getLogger(__name__)
@@ -176,6 +183,8 @@ def _engine_error(error: EngineError) -> APIError:
         return server_busy(str(error))
     if error.code == "shutting_down":
         return shutting_down(str(error))
+    if error.code == MODEL_UNAVAILABLE:
+        return model_unavailable(str(error))
     if error.code == "cancelled":
         return APIError(499, "client closed the request", code="client_closed")
     return APIError(500, f"image generation failed: {error}", code=error.code)
