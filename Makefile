@@ -6,8 +6,9 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 ARGS ?=
 PYTEST_ARGS ?=
-# Test files run on two pytest workers (each file's tests stay on one, with its module servers):
-# the servers run on one thread each, so two files at once keep two cores busy.
+# Test files run on two pytest workers (each file's tests stay on one, with its module servers;
+# the image files, which share a server, stay together: tests/conftest.py): the servers run on
+# one thread each, so two files at once keep two cores busy.
 PYTEST_WORKERS ?= 2
 CHROMIUM := /usr/bin/chromium
 

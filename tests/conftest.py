@@ -15,6 +15,27 @@ from tests.server_process import ServerProcess
 
 # The tiny random-weight MLX models the tests build (tests/mlx_model.py).
 LLAMA_DIR = "tiny-llama-0.1"
+# Test files that share the images server (`images_server`), whose start is slow (torch and
+# diffusers in each of its image workers): with --dist loadfile they go to one pytest worker as
+# one unit, so that it starts once.
+IMAGE_FILES = frozenset(
+    {"tests/test_images.py", "tests/test_image_edits.py", "tests/test_image_queue.py"}
+)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's loadfile scheduling, the image files taken as one file."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedServerScheduling(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            scope: str = super()._split_scope(nodeid)
+            return "tests/test_image*.py" if scope in IMAGE_FILES else scope
+
+    return SharedServerScheduling(config, log)
 
 
 def start(tmp: Path, *args: str, ready_timeout: float = 120, **kwargs: object) -> ServerProcess:
