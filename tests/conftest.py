@@ -116,6 +116,8 @@ IMAGE_URL_TTL_S = 4
 # The images server's second pipeline: room for one request waiting, for two seconds at most.
 BUSY_IMAGE_MODEL = "tiny-sd-busy"
 BUSY_QUEUE_TIMEOUT_S = 2
+# Its third: the same weights as a single-file checkpoint in a folder of configs only.
+SINGLE_FILE_IMAGE_MODEL = "tiny-sd-file"
 
 
 @pytest.fixture(scope="session")
@@ -123,10 +125,14 @@ def images_server(
     tmp_path_factory: pytest.TempPathFactory, image_pipeline: Path
 ) -> Iterator[ServerProcess]:
     """From an mlx-openai-server style --config: the default chat model, the tiny pipeline
-    as `tiny-sd`, and again as `tiny-sd-busy` with a short queue; behind an API key."""
+    as `tiny-sd`, again as `tiny-sd-busy` with a short queue, and as a single-file checkpoint
+    (`tiny-sd-file`); behind an API key."""
+    from bench.sd_single_file import single_file_pipeline
+
     from mlxcel.weights import default_model_path
 
     folder = tmp_path_factory.mktemp("images")
+    checkpoint = single_file_pipeline(image_pipeline, folder / "tiny-sd-configs")
     image = {"model_path": str(image_pipeline), "threads": 1}
     config = {
         "server": {"api_key": IMAGE_KEY, "image_url_ttl": IMAGE_URL_TTL_S},
@@ -139,6 +145,12 @@ def images_server(
                 "served_model_name": BUSY_IMAGE_MODEL,
                 "queue_size": 1,
                 "queue_timeout": BUSY_QUEUE_TIMEOUT_S,
+            },
+            {
+                "model_path": str(checkpoint),
+                "threads": 1,
+                "model_type": "image-generation",
+                "served_model_name": SINGLE_FILE_IMAGE_MODEL,
             },
         ],
     }

@@ -16,6 +16,7 @@ from PIL import Image
 
 from tests.conftest import IMAGE_KEY as KEY
 from tests.conftest import IMAGE_URL_TTL_S as URL_TTL_S
+from tests.conftest import SINGLE_FILE_IMAGE_MODEL as SINGLE_FILE_MODEL
 from tests.openapi_check import check_operations
 from tests.server_process import ServerProcess
 
@@ -68,6 +69,16 @@ def test_same_seed_same_bytes_other_seed_other_image(images_client: openai.OpenA
 
     assert b64(7) == b64(7)
     assert b64(7) != b64(8)
+
+
+def test_a_single_file_checkpoint_draws_what_its_folder_draws(images_client: openai.OpenAI) -> None:
+    def b64(model: str) -> str | None:
+        body = {**FAST, "seed": 5}
+        data = images_client.images.generate(prompt="a dog", model=model, extra_body=body).data
+        assert data is not None
+        return data[0].b64_json
+
+    assert b64(SINGLE_FILE_MODEL) == b64(MODEL)
 
 
 def test_extensions_change_the_image(images_server: ServerProcess) -> None:

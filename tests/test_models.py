@@ -374,6 +374,19 @@ def test_side_model_flags_name_what_cannot_be_served(tmp_path: Path) -> None:
         f"mlxcel serve: error: --image-model {tmp_path}: not a model directory (no config.json): "
         f"{tmp_path}"
     )
+    lone = tmp_path / "lone.safetensors"
+    lone.write_bytes(b"")
+    assert _refused(tmp_path, "--image-model", str(lone)) == (
+        f"mlxcel serve: error: --image-model {lone}: {lone} is a single-file checkpoint outside "
+        "a diffusers pipeline folder: put it in a folder holding its base model's "
+        "model_index.json, component configs and tokenizer (the weights may be left out)"
+    )
+    gguf = tmp_path / "sd.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert _refused(tmp_path, "--image-model", str(gguf)).startswith(
+        f"mlxcel serve: error: --image-model {gguf}: {gguf} is a GGUF: GGUF image models are "
+        "stable-diffusion.cpp's, which mlxcel does not run"
+    )
     assert _refused(tmp_path, "--reranker-model", "default") == (
         "mlxcel serve: error: --reranker-model default: no model of this kind is packaged: "
         "give a folder or a GGUF"

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
+from mlxcel.backends.images.diffusers_engine import pipeline_layout_error
 from mlxcel.config import (
     DEFAULT_IMAGE_URL_MAX_MIB,
     DEFAULT_IMAGE_URL_TTL,
@@ -108,6 +109,11 @@ def side_weights(kind: Kind, source: str) -> tuple[Path, str | None]:
         if path.is_file() and path.suffix.lower() != ".gguf":
             raise WeightsError("not a GGUF file or a model folder")
         return path, None
+    if kind == "image" and Path(source).expanduser().is_file():
+        why = pipeline_layout_error(Path(source).expanduser())
+        if why is not None:
+            raise WeightsError(why)
+        return Path(source).expanduser(), None
     return resolve_model(source), None
 
 

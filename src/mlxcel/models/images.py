@@ -64,12 +64,16 @@ def served_image_model(config: ModelConfig, worker: Worker, info: ImageModelInfo
 
 
 def open_image_generator(config: ModelConfig) -> ImageGenerator:
-    """Load a diffusers pipeline folder (in the model's worker process)."""
-    if not (config.model / "model_index.json").is_file():
-        raise ValueError(
-            f"{config.model} is not a diffusers pipeline folder (it has no model_index.json)"
-        )
-    from mlxcel.backends.images.diffusers_engine import DiffusersImageGenerator
+    """Load a diffusers pipeline, a folder or a single file in one (in the model's worker
+    process)."""
+    from mlxcel.backends.images.diffusers_engine import (
+        DiffusersImageGenerator,
+        pipeline_layout_error,
+    )
+
+    why = pipeline_layout_error(config.model)
+    if why is not None:
+        raise ValueError(why)
 
     logger.info("loading %s with diffusers (%d threads)", config.model, config.threads)
     with progress(f"loading {config.model.name}"):

@@ -1,9 +1,17 @@
 """diffusers pipelines on torch (CPU, or CUDA where present): text to image, image to image
-and inpainting from one loaded pipeline, the three sharing its components."""
+and inpainting from one loaded pipeline, the three sharing its components.
+
+A pipeline comes as a diffusers folder (model_index.json), or as a single-file checkpoint
+(`.safetensors`/`.ckpt`, the original CompVis/Stability tensor names) inside such a folder:
+diffusers' `from_single_file` takes the weights from the file and the configs and tokenizer
+from the folder, which need hold no weights. A lone single-file checkpoint is refused: diffusers
+would fetch its base model's configs from the Hugging Face hub.
+"""
 
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +38,47 @@ MAX_SIDE = 2048
 # The guidance a pipeline without a guidance_scale default gets (Stable Diffusion's).
 FALLBACK_GUIDANCE = 7.5
 FALLBACK_STEPS = 50
+SINGLE_FILE_SUFFIXES = (".safetensors", ".ckpt")
+
+
+def pipeline_layout_error(path: Path) -> str | None:
+    """Why `path` is no pipeline this engine loads, or None when it is one."""
+    if path.is_dir():
+        if (path / "model_index.json").is_file():
+            return None
+        return f"{path} is not a diffusers pipeline folder (it has no model_index.json)"
+    if path.suffix.lower() == ".gguf":
+        return (
+            f"{path} is a GGUF: GGUF image models are stable-diffusion.cpp's, which mlxcel does "
+            "not run (slower than diffusers on a CPU: docs/architecture.md, Images)"
+        )
+    if path.suffix.lower() not in SINGLE_FILE_SUFFIXES:
+        return (
+            f"{path} is neither a diffusers pipeline folder nor a single-file checkpoint "
+            f"({', '.join(SINGLE_FILE_SUFFIXES)})"
+        )
+    if not (path.parent / "model_index.json").is_file():
+        return (
+            f"{path} is a single-file checkpoint outside a diffusers pipeline folder: put it in "
+            "a folder holding its base model's model_index.json, component configs and "
+            "tokenizer (the weights may be left out)"
+        )
+    return None
+
+
+def _load_text_pipeline(path: Path, dtype: Any) -> Any:
+    """The text-to-image pipeline of a folder, or of a single file configured by its folder."""
+    import diffusers
+
+    if path.is_dir():
+        return diffusers.AutoPipelineForText2Image.from_pretrained(str(path), dtype=dtype)
+    name = json.loads((path.parent / "model_index.json").read_text())["_class_name"]
+    pipeline_class = getattr(diffusers, name, None)
+    if pipeline_class is None or not hasattr(pipeline_class, "from_single_file"):
+        raise ValueError(f"diffusers loads no {name} from a single file ({path})")
+    return pipeline_class.from_single_file(
+        str(path), config=str(path.parent), dtype=dtype, local_files_only=True
+    )
 
 
 def _to_pixels(images: Any) -> list[Pixels]:
@@ -50,15 +99,12 @@ def _accepts(pipeline: Any, name: str) -> bool:
 
 
 class DiffusersImageGenerator:
-    """A diffusers pipeline folder (model_index.json) loaded once, on one thread at a time."""
+    """A diffusers pipeline (a folder, or a single file in one) loaded once, on one thread at
+    a time."""
 
     def __init__(self, path: Path, threads: int) -> None:
         import torch
-        from diffusers import (
-            AutoPipelineForImage2Image,
-            AutoPipelineForInpainting,
-            AutoPipelineForText2Image,
-        )
+        from diffusers import AutoPipelineForImage2Image, AutoPipelineForInpainting
 
         # Process-wide, and the only torch user in the process; one per core this model may
         # use, since more threads than cores spin against each other.
@@ -67,7 +113,7 @@ class DiffusersImageGenerator:
         self._torch = torch
         self._device = "cuda" if cuda else "cpu"
         dtype = torch.float16 if cuda else torch.float32
-        text = AutoPipelineForText2Image.from_pretrained(str(path), dtype=dtype)
+        text = _load_text_pipeline(path, dtype)
         self._text = text.to(self._device)
         self._edit = self._derived(AutoPipelineForImage2Image)
         self._inpaint = self._derived(AutoPipelineForInpainting)
