@@ -8,6 +8,7 @@ draws noise, quickly: a 64x64 image in a few steps takes well under a second on 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 # The words the tokenizer knows whole; any other text falls back to single characters.
 VOCABULARY = """
@@ -20,8 +21,9 @@ SAMPLE_SIZE = 32
 CROSS_DIM = 32
 
 
-def _tokenizer(folder: Path) -> None:
-    """A CLIP BPE tokenizer whose vocabulary is every byte-level character and a few words."""
+def write_tokenizer(folder: Path, max_length: int = 16) -> None:
+    """A CLIP BPE tokenizer whose vocabulary is every byte-level character and a few words,
+    padding prompts to `max_length` tokens."""
     from transformers import CLIPTokenizer
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
@@ -37,7 +39,7 @@ def _tokenizer(folder: Path) -> None:
     vocab += ["<|startoftext|>", "<|endoftext|>"]
     ids = {token: i for i, token in enumerate(dict.fromkeys(vocab))}
     tokenizer = CLIPTokenizer(vocab=ids, merges=list(dict.fromkeys(merges)))
-    tokenizer.model_max_length = 16
+    tokenizer.model_max_length = max_length
     tokenizer.save_pretrained(folder)
 
 
@@ -47,12 +49,11 @@ def build_pipeline(folder: Path, seed: int = 0) -> Path:
     from diffusers import (
         AutoencoderKL,
         DDIMScheduler,
-        StableDiffusionPipeline,
         UNet2DConditionModel,
     )
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
-    _tokenizer(folder / "tokenizer")
+    write_tokenizer(folder / "tokenizer")
     tokenizer = CLIPTokenizer.from_pretrained(folder / "tokenizer")
     torch.manual_seed(seed)
     unet = UNet2DConditionModel(
@@ -91,11 +92,20 @@ def build_pipeline(folder: Path, seed: int = 0) -> Path:
         )
     )
     scheduler = DDIMScheduler(clip_sample=False, set_alpha_to_one=False, steps_offset=1)
+    return save_pipeline(
+        folder, {"vae": vae, "text_encoder": text_encoder, "unet": unet}, scheduler
+    )
+
+
+def save_pipeline(folder: Path, models: dict[str, Any], scheduler: Any) -> Path:
+    """Write a text-to-image pipeline of `models` (its unet, vae and text_encoder), the
+    scheduler and `folder`'s tokenizer to `folder`, weights as safetensors; return `folder`."""
+    from diffusers import StableDiffusionPipeline
+    from transformers import CLIPTokenizer
+
     pipeline = StableDiffusionPipeline(
-        vae=vae,
-        text_encoder=text_encoder,
-        tokenizer=tokenizer,
-        unet=unet,
+        **models,
+        tokenizer=CLIPTokenizer.from_pretrained(folder / "tokenizer"),
         scheduler=scheduler,
         safety_checker=None,
         feature_extractor=None,

@@ -20,12 +20,13 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
+from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 
 import llama_cpp
 
-PACKAGE = "llama_cpp_python"
 CACHE_DIR = Path(os.environ.get("MLXCEL_BENCH_CACHE", Path.home() / ".cache" / "mlxcel-bench"))
 # The static libraries of the server's own code, archived here; the engine's come from the wheel.
 SERVER_LIBRARIES = (
@@ -64,13 +65,12 @@ def tool(name: str) -> str:
     return found
 
 
-def source_dir(cache: Path, pinned: str) -> Path:
-    """The unpacked sdist's llama.cpp sources, fetched from PyPI when not cached."""
-    unpacked = cache / f"{PACKAGE}-{pinned}"
-    sources = unpacked / "vendor" / "llama.cpp"
-    if sources.is_dir():
+def unpack_sdist(cache: Path, project: str, pinned: str, inside: str) -> Path:
+    """`inside` the unpacked sdist of `project` (a PyPI name), fetched when not cached."""
+    sources = cache / f"{project.replace('-', '_')}-{pinned}" / inside
+    if sources.exists():
         return sources
-    archive = cache / f"{PACKAGE}-{pinned}.tar.gz"
+    archive = cache / f"{project.replace('-', '_')}-{pinned}.tar.gz"
     if not archive.is_file():
         subprocess.run(
             [
@@ -81,8 +81,8 @@ def source_dir(cache: Path, pinned: str) -> Path:
                 "--no-deps",
                 # The package from source; its build tools (for pip's metadata step) as wheels.
                 "--no-binary",
-                "llama-cpp-python",
-                f"llama-cpp-python=={pinned}",
+                project,
+                f"{project}=={pinned}",
                 "-d",
                 str(cache),
             ],
@@ -90,9 +90,14 @@ def source_dir(cache: Path, pinned: str) -> Path:
         )
     with tarfile.open(archive) as tar:
         tar.extractall(cache, filter="data")
-    if not sources.is_dir():
-        raise RuntimeError(f"{archive} holds no vendor/llama.cpp")
+    if not sources.exists():
+        raise RuntimeError(f"{archive} holds no {inside}")
     return sources
+
+
+def source_dir(cache: Path, pinned: str) -> Path:
+    """The unpacked sdist's llama.cpp sources, fetched from PyPI when not cached."""
+    return unpack_sdist(cache, "llama-cpp-python", pinned, "vendor/llama.cpp")
 
 
 def _configure(sources: Path, build: Path) -> None:
@@ -172,12 +177,19 @@ def build_llama_server(cache: Path = CACHE_DIR, jobs: int = 2) -> Path:
     return binary
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_command(description: str, build: Callable[[Path, int], Path]) -> None:
+    """A build script's command line: --cache and --jobs; prints what it built and the time."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--cache", type=Path, default=CACHE_DIR)
     parser.add_argument("--jobs", type=int, default=2, help="parallel compile jobs")
     args = parser.parse_args()
-    print(build_llama_server(args.cache, args.jobs))
+    started = time.perf_counter()
+    built = build(args.cache, args.jobs)
+    print(f"{built} ({time.perf_counter() - started:.0f} s)")
+
+
+def main() -> None:
+    build_command(__doc__.split("\n")[0], build_llama_server)
 
 
 if __name__ == "__main__":
