@@ -1,6 +1,6 @@
 """Seconds per image: stable-diffusion.cpp against diffusers on a CPU, on the very same weights.
 
-    python bench/sdcpp.py [--size 256x256] [--steps 4] [--threads 1] [--runs 3]
+    python bench/sdcpp.py [--size 64x64] [--steps 4] [--threads 1] [--runs 3]
                           [--types f32,q8_0,q4_0]
 
 The model is the random-weight SD 1.5 of bench/sd15_model.py (stable-diffusion.cpp fixes SD
@@ -120,7 +120,7 @@ def load() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", default="256x256")
+    parser.add_argument("--size", default="64x64")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--runs", type=int, default=3)
