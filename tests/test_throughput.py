@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ import openai
 import pytest
 
 from tests.conftest import start
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, metric_sum
 
 pytestmark = pytest.mark.slow
 
@@ -30,6 +31,9 @@ def batched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
         "1",
         "--ctx-size",
         "4096",
+        # Small enough that a prompt of a few hundred tokens takes several steps.
+        "--batch-size",
+        "64",
     )
     yield proc
     proc.stop()
@@ -104,22 +108,59 @@ def test_batched_output_equals_solo_output(batched: ServerProcess) -> None:
     assert results == [solo]
 
 
+@contextlib.contextmanager
+def _decoding(server: ServerProcess) -> Iterator[Iterator[str]]:
+    """A stream of up to 2,000 tokens that has begun; its lines to come. Closing it ends it."""
+    with (
+        server.http() as http,
+        http.stream(
+            "POST",
+            "/v1/completions",
+            json={"prompt": "Count:", "stream": True, **LONG, "max_tokens": 2000},
+        ) as response,
+    ):
+        lines = response.iter_lines()
+        next(lines)
+        yield lines
+
+
+def _read(server: ServerProcess, names: tuple[str, ...]) -> list[float]:
+    """Samples of one /metrics page, so that they agree with each other."""
+    with server.http() as http:
+        page = http.get("/metrics").text
+    return [metric_sum(page, name) for name in names]
+
+
+def test_a_long_prompt_never_stalls_a_decoding_stream(batched: ServerProcess) -> None:
+    """A prompt admitted while another stream decodes is evaluated in chunks that share each
+    step with the decoding stream: that stream gets a token from every step."""
+    names = ("mlxcel_decode_steps_total", "mlxcel_prompt_steps_total")
+    names += ("mlxcel_generation_tokens_total",)
+    with _decoding(batched), batched.http() as http:
+        before = _read(batched, names)
+        prompt = " ".join(["river", "stone", "cloud"] * 80)
+        answer = http.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1})
+        assert answer.status_code == 200, answer.text
+        prompt_tokens = answer.json()["usage"]["prompt_tokens"]
+    while batched.metric("mlxcel_requests_running"):
+        time.sleep(0.01)
+    steps, prompt_steps, generated = (
+        new - old for new, old in zip(_read(batched, names), before, strict=True)
+    )
+    # The prompt took several chunks (the batch holds 64 tokens, one of them the stream's).
+    assert prompt_steps >= prompt_tokens // 63 >= 3
+    # Every step gave the decoding stream a token (one of the tokens is the prompt's answer);
+    # the first reading may fall between a step and its tokens, hence one of slack.
+    assert abs(steps - (generated - 1)) <= 1
+
+
 def test_queue_full_and_queue_timeout(batched: ServerProcess) -> None:
     started = threading.Barrier(3)
     stops: list[httpx.Response] = []
 
     def hold_slot() -> None:
-        with (
-            batched.http() as http,
-            http.stream(
-                "POST",
-                "/v1/completions",
-                # Long enough to outlast both waiters below; stopped once they are done.
-                json={"prompt": "Count:", "stream": True, **LONG, "max_tokens": 2000},
-            ) as response,
-        ):
-            lines = response.iter_lines()
-            next(lines)
+        # Long enough to outlast both waiters below; stopped once they are done.
+        with _decoding(batched) as lines:
             started.wait()
             for _ in lines:
                 if stops:

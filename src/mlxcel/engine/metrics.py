@@ -66,6 +66,23 @@ class EngineMetrics:
                 "mlxcel_spec_decode_acceptance_ratio",
                 "Speculative decoding: accepted per drafted token, since the start",
             ),
+            "steps": family(
+                Counter, "mlxcel_decode_steps", "Engine steps (one batched decode of every feed)"
+            ),
+            "step_sequences": family(
+                Counter, "mlxcel_decode_step_sequences", "Sequences fed, summed over engine steps"
+            ),
+            "step_tokens": family(
+                Counter, "mlxcel_decode_step_tokens", "Tokens evaluated, summed over engine steps"
+            ),
+            "prompt_steps": family(
+                Counter, "mlxcel_prompt_steps", "Engine steps that evaluated prompt tokens"
+            ),
+            "busy": family(
+                Gauge,
+                "mlxcel_busy_slots_per_decode",
+                "Sequences per engine step since the start (as n_busy_slots_per_decode)",
+            ),
         }
 
     def bind(self, model: str) -> ModelMetrics:
@@ -96,6 +113,11 @@ class RecordsMetrics(Protocol):
         """A draft of `drafted` tokens was verified and `accepted` of them kept."""
         ...
 
+    def stepped(self, sequences: int, tokens: int, prompt_tokens: int) -> None:
+        """One engine step fed `sequences` sequences `tokens` tokens, `prompt_tokens` of them
+        from prompts."""
+        ...
+
     def load(self, running: int, waiting: int) -> None:
         """How many sequences run and how many requests wait."""
         ...
@@ -111,7 +133,17 @@ class RecordsMetrics(Protocol):
 
 # The methods of RecordsMetrics: what a model's worker process may ask the HTTP process to record.
 RECORDED = frozenset(
-    ("admitted", "cache_loaded", "cache_size", "token", "drafted", "load", "rejected", "finished")
+    (
+        "admitted",
+        "cache_loaded",
+        "cache_size",
+        "token",
+        "drafted",
+        "stepped",
+        "load",
+        "rejected",
+        "finished",
+    )
 )
 
 
@@ -134,6 +166,14 @@ class ModelMetrics:
         self._ttft, self._itl = f["ttft"].labels(model), f["itl"].labels(model)
         self._drafted, self._accepted = f["drafted"].labels(model), f["accepted"].labels(model)
         self._drafts, self._acceptance = f["drafts"].labels(model), f["acceptance"].labels(model)
+        self._steps, self._step_sequences = (
+            f["steps"].labels(model),
+            f["step_sequences"].labels(model),
+        )
+        self._step_tokens = f["step_tokens"].labels(model)
+        self._prompt_steps, self._busy = f["prompt_steps"].labels(model), f["busy"].labels(model)
+        self._n_steps = 0
+        self._n_sequences = 0
         self._lookups = 0
         self._cache_hits = 0
         self._draft_tokens = 0
@@ -171,6 +211,18 @@ class ModelMetrics:
         self._accepted.inc(accepted)
         self._drafts.inc()
         self._acceptance.set(self._accepted_tokens / self._draft_tokens)
+
+    def stepped(self, sequences: int, tokens: int, prompt_tokens: int) -> None:
+        """One engine step fed `sequences` sequences `tokens` tokens, `prompt_tokens` of them
+        from prompts."""
+        self._n_steps += 1
+        self._n_sequences += sequences
+        self._steps.inc()
+        self._step_sequences.inc(sequences)
+        self._step_tokens.inc(tokens)
+        if prompt_tokens:
+            self._prompt_steps.inc()
+        self._busy.set(self._n_sequences / self._n_steps)
 
     def load(self, running: int, waiting: int) -> None:
         """How many sequences run and how many requests wait."""

@@ -8,10 +8,18 @@ used first out.
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from mlxcel.engine.slots import common_prefix
+from mlxcel.engine.metrics import RecordsMetrics
+from mlxcel.engine.slots import SlotState, common_prefix
+from mlxcel.engine.types import SavesState
+
+logger = logging.getLogger(__name__)
+
+# A slot's state is saved to the prompt cache only when this many of its tokens would be lost.
+MIN_SAVED_TOKENS = 16
 
 
 @dataclass(frozen=True)
@@ -59,3 +67,34 @@ class PromptCache:
         while 0 <= self._max_bytes < self.total_bytes:
             _, oldest = self._entries.popitem(last=False)
             self.total_bytes -= len(oldest.data)
+
+
+def swap_cached(
+    cache: PromptCache,
+    generator: SavesState,
+    slot: int,
+    state: SlotState,
+    shared: int,
+    prompt: list[int],
+    metrics: RecordsMetrics,
+) -> int:
+    """Save what slot `slot` (whose tokens are `state`'s) would lose to the cache, and load a
+    saved state that shares more of `prompt` than the slot does; the prompt tokens the slot
+    now holds."""
+    held = state.tokens
+    if len(held) - shared >= MIN_SAVED_TOKENS:
+        cache.put(held, generator.save_state(slot))
+    entry, longest = cache.best(prompt)
+    longest = min(longest, len(prompt) - 1)
+    if entry is not None and longest > shared:
+        cache.take(entry)
+    metrics.cache_size(cache.total_bytes)
+    if entry is None or longest <= shared:
+        return shared
+    if not generator.load_state(slot, entry.data):
+        logger.warning("a saved prompt state did not fit its slot; evaluating the prompt")
+        state.tokens = []
+        return 0
+    state.tokens = list(entry.tokens)
+    metrics.cache_loaded()
+    return longest

@@ -13,7 +13,7 @@ from functools import partial
 from mlxcel.engine import media
 from mlxcel.engine.handle import EventSink
 from mlxcel.engine.metrics import RecordsMetrics
-from mlxcel.engine.prompt_cache import PromptCache
+from mlxcel.engine.prompt_cache import PromptCache, swap_cached
 from mlxcel.engine.sequence import Job, Running, about
 from mlxcel.engine.slots import SlotPool, SlotState
 from mlxcel.engine.speculation import Speculation
@@ -32,10 +32,6 @@ from mlxcel.engine.types import (
 )
 
 logger = logging.getLogger(__name__)
-
-# A slot's state is saved to the prompt cache only when this many of its tokens would be lost.
-MIN_SAVED_TOKENS = 16
-
 
 Admitted = tuple[EventSink, list[int], SamplingParams, tuple[MediaSpan, ...]]
 """One sequence for `Scheduler.submit`: where its events go, its prompt, its sampling and the
@@ -189,28 +185,12 @@ class Scheduler:
         self._update_gauges()
 
     def _swap_cached(self, slot: int, shared: int, prompt: list[int]) -> int:
-        """Save what the slot would lose to the prompt cache, and load a saved state that
-        shares more of `prompt` than the slot does; the prompt tokens the slot now holds."""
+        """The prompt tokens the slot holds once the prompt cache had its say."""
         generator, cache = self._generator, self._cache
         if cache is None or not isinstance(generator, SavesState):
             return shared
-        held = self._pool.slots[slot].tokens
-        if len(held) - shared >= MIN_SAVED_TOKENS:
-            cache.put(held, generator.save_state(slot))
-        entry, longest = cache.best(prompt)
-        longest = min(longest, len(prompt) - 1)
-        if entry is not None and longest > shared:
-            cache.take(entry)
-        self._metrics.cache_size(cache.total_bytes)
-        if entry is None or longest <= shared:
-            return shared
-        if not generator.load_state(slot, entry.data):
-            logger.warning("a saved prompt state did not fit its slot; evaluating the prompt")
-            self._pool.slots[slot].tokens = []
-            return 0
-        self._pool.slots[slot].tokens = list(entry.tokens)
-        self._metrics.cache_loaded()
-        return longest
+        state = self._pool.slots[slot]
+        return swap_cached(cache, generator, slot, state, shared, prompt, self._metrics)
 
     def _open(self, job: Job, slot: int, cached: int) -> EngineError | None:
         """Set the slot up for the job; what went wrong, if anything."""
@@ -275,6 +255,9 @@ class Scheduler:
                 self._finish(running, "", error=EngineError(f"generation failed: {exc}"))
             return
         by_slot = {r.slot: r for r in self._running}
+        prompt = sum(len(f.tokens) for f in feeds if by_slot[f.slot].prefilling)
+        fed = sum(len(f.tokens) + len(f.draft) for f in feeds)
+        self._metrics.stepped(len(feeds), fed, prompt)
         for feed, sample in zip(feeds, samples, strict=True):
             running = by_slot[feed.slot]
             accepted = 0 if sample is None else len(sample.then)

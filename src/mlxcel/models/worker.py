@@ -108,6 +108,9 @@ class ForwardedMetrics:
     def drafted(self, drafted: int, accepted: int) -> None:
         self._record("drafted", drafted, accepted)
 
+    def stepped(self, sequences: int, tokens: int, prompt_tokens: int) -> None:
+        self._record("stepped", sequences, tokens, prompt_tokens)
+
     def load(self, running: int, waiting: int) -> None:
         # The scheduler sets the gauges on every turn of its loop; only a change travels.
         if (running, waiting) != self._load:
