@@ -1,15 +1,21 @@
 """mlxcel against its engine, llama-server and its Python peer, on the same GGUF, in one run.
 
     python bench/compare.py [--model PATH.gguf | --shape smollm2-135m|qwen2.5-0.5b] [--threads 1]
+                            [--rounds 3]
 
-Measures, one after another on this machine: the raw engine (llama-cpp-python's low-level API
-in-process: prompt evaluation, single-sequence decode, and 8 sequences decoded together),
-llama.cpp's own `llama-server` (built once by bench/llama_server.py against the same engine
-libraries), llama-cpp-python's own server (`python -m llama_cpp.server`), and `mlxcel serve`,
-each with the same threads, 8 slots and context; then prints each target as a ratio. `--shape`
+Measures on this machine: the raw engine (llama-cpp-python's low-level API in-process: prompt
+evaluation, single-sequence decode, and 8 sequences decoded together), then the servers
+(bench/servers.py), each with the same threads, 8 slots and context: llama.cpp's own
+`llama-server` (built once by bench/llama_server.py against the same engine libraries),
+llama-cpp-python's own server (`python -m llama_cpp.server`) and `mlxcel serve`, every one at
+1, 2, 4 and 8 clients (2 requests per client), which bench/plot.py draws under bench/results/;
+then `--rounds` - 1 more rounds of llama-server and mlxcel alone at 1 and 8 clients, turn about
+(the first of each round alternating), so the machine's load falls on both alike. Every round
+is printed with the load, then each target as a ratio of the medians over the rounds, and what
+load moves least: the engine thread's CPU seconds for the same tokens and the engine steps
+(llama-server's n_decode_total against mlxcel_decode_steps_total) at 8 clients. `--shape`
 builds (once, into bench/.cache) a random-weight Q4_0 GGUF of a real model's shape with
 bench/models.py; every target generates until max_tokens there too.
-Absolute numbers move with the machine's load; ratios from one run are what to compare.
 
     python bench/compare.py --against OTHER/src [--rounds 3]
 
@@ -23,23 +29,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import httpx
 import llama_cpp
 from llama_cpp import _logger as llama_logger
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from llama_server import build_llama_server
 from models import CACHE_DIR, SHAPES, build
+from plot import write
 from serve import make_prompts, run_level, summarize
+from servers import Measured, _free_port, _start, measure
 
 WARM_STEPS = 8
+# Concurrency levels of the first round (the plot); later rounds measure 1 and 8 only.
+LEVELS = [1, 2, 4, 8]
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def _context(model: object, n_ctx: int, n_seq: int, threads: int) -> object:
@@ -102,36 +109,6 @@ def raw_engine(
     return prefill, n_seq * steps / elapsed
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _start(
-    command: list[str], port: int, health: str, src: Path | None = None
-) -> subprocess.Popen[bytes]:
-    """Start a server (mlxcel imported from `src` when given) and wait for `health`."""
-    env = {**os.environ, "PYTHONPATH": str(src)} if src is not None else None
-    process = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
-    )
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{command[0]} exited early: {' '.join(command)}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}{health}", timeout=2).status_code == 200:
-                return process
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    process.kill()
-    raise TimeoutError(" ".join(command))
-
-
 def serve_levels(base_url: str, levels: list[int], args: argparse.Namespace) -> dict[int, dict]:
     """bench/serve.py's measurement at each concurrency level against one server."""
     results = {}
@@ -161,35 +138,6 @@ def model_file(args: argparse.Namespace) -> Path:
     built = build(SHAPES[args.shape], args.cache)
     print(f"model: {built.path} ({built.summary()})")
     return built.path
-
-
-def _measure_server(command: list[str], health: str, args: argparse.Namespace) -> dict[int, dict]:
-    """Start a server (`command` ends with its port flag), measure it at 1 and 8 clients."""
-    port = _free_port()
-    server = _start([*command, str(port)], port, health)
-    try:
-        return serve_levels(f"http://127.0.0.1:{port}/v1", [1, 8], args)
-    finally:
-        server.terminate()
-        server.wait()
-
-
-def measure_peer(path: Path, args: argparse.Namespace) -> dict[int, dict]:
-    """llama_cpp.server at 1 and 8 clients."""
-    threads = str(args.threads)
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--n_ctx", "4096"]
-    command += ["--n_threads", threads, "--n_threads_batch", threads]
-    # By default a new request interrupts the running one; queue them instead.
-    command += ["--interrupt_requests", "False", "--port"]
-    return _measure_server(command, "/v1/models", args)
-
-
-def measure_llama_server(path: Path, args: argparse.Namespace) -> dict[int, dict]:
-    """llama.cpp's llama-server at 1 and 8 clients, set up as mlxcel is."""
-    threads = str(args.threads)
-    command = [str(build_llama_server()), "-m", str(path), "-t", threads, "-tb", threads]
-    command += ["-np", "8", "-c", str(8 * 4096), "--port"]
-    return _measure_server(command, "/health", args)
 
 
 def measure_ours(
@@ -245,7 +193,9 @@ def main() -> None:
     parser.add_argument(
         "--against", type=Path, help="another mlxcel source tree: measure the two servers A/B"
     )
-    parser.add_argument("--rounds", type=int, default=3, help="A/B pairs with --against")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds of llama-server and mlxcel (or A/B pairs)"
+    )
     args = parser.parse_args()
     path = model_file(args)
     if args.against is not None:
@@ -261,10 +211,79 @@ def main() -> None:
         f"{raw1:.1f} tok/s at 1 sequence, {raw8:.1f} tok/s aggregate at 8 in step "
         f"({staggered:.1f} with positions {stagger} tokens apart, as served streams are)"
     )
-    native = measure_llama_server(path, args)
-    theirs = measure_peer(path, args)
-    ours, cold, warm = measure_ours(path, args)
+    runs = peers(path, args)
+    native, theirs, ours = (_median_levels(runs[name]) for name in SERVERS)
+    cold, warm = runs["mlxcel"][0].extra or (0.0, 0.0)
     report(native, theirs, ours, (raw1, raw8, staggered), cold, warm)
+    engine_ratios(runs["llama-server"], runs["mlxcel"])
+    title = (
+        f"{path.name}: {args.prompt_tokens}-token prompts, {args.max_tokens} generated, "
+        f"-t {args.threads} -np 8; 2 requests per client; load {runs['mlxcel'][0].load:.1f}"
+    )
+    first = {name: {str(k): v for k, v in runs[name][0].levels.items()} for name in SERVERS}
+    png = write({"title": title, "servers": first}, RESULTS, f"compare-{path.stem}")
+    print(f"plot of round 1: {png}")
+
+
+SERVERS = ("llama-server", "llama_cpp.server", "mlxcel")
+
+
+def peers(path: Path, args: argparse.Namespace) -> dict[str, list[Measured]]:
+    """Round 1: every server at each of LEVELS; then llama-server and mlxcel at 1 and 8
+    clients, alternately (which goes first alternates too), for the remaining rounds."""
+    runs: dict[str, list[Measured]] = {name: [] for name in SERVERS}
+    for round_ in range(1, args.rounds + 1):
+        order = list(SERVERS) if round_ == 1 else ["llama-server", "mlxcel"]
+        if round_ % 2 == 0:
+            order.reverse()
+        for name in order:
+            levels = LEVELS if round_ == 1 else [1, 8]
+            extra = _prefix_ttft if name == "mlxcel" and round_ == 1 else None
+            m = measure(
+                name, path, levels, args.prompt_tokens, args.max_tokens, args.threads, extra
+            )
+            runs[name].append(m)
+            at8 = m.levels[8]
+            print(
+                f"round {round_} {name + ':':17} {m.levels[1]['throughput_tok_s']:.1f} tok/s at 1, "
+                f"{at8['throughput_tok_s']:.1f} at 8; at 8: TTFT {at8['ttft_median_ms']:.0f} ms, "
+                f"ITL {at8['itl_median_ms']:.1f} ms; engine thread {m.engine_cpu_s:.1f} CPU s, "
+                f"{m.steps:.0f} steps of {m.busy_per_step:.2f} sequences; load {m.load:.1f}",
+                flush=True,
+            )
+    return runs
+
+
+def _prefix_ttft(base_url: str) -> tuple[float, float]:
+    return prefix_ttft(base_url, 2000)
+
+
+def _median_levels(runs: list[Measured]) -> dict[int, dict]:
+    """Each figure's median over the runs, at the levels every run measured."""
+    levels = set.intersection(*(set(m.levels) for m in runs))
+    return {
+        level: {
+            key: statistics.median(m.levels[level][key] for m in runs)
+            for key in runs[0].levels[level]
+        }
+        for level in sorted(levels)
+    }
+
+
+def engine_ratios(native: list[Measured], ours: list[Measured]) -> None:
+    """What the load moves least, at 8 clients: the engine thread's CPU for the same tokens
+    and the steps it took, mlxcel against llama-server (medians over the rounds)."""
+    cpu = [statistics.median(m.engine_cpu_s for m in runs) for runs in (ours, native)]
+    steps = [statistics.median(m.steps for m in runs) for runs in (ours, native)]
+    busy = [statistics.median(m.busy_per_step for m in runs) for runs in (ours, native)]
+    print(
+        f"  engine-thread CPU at 8, mlxcel/llama-server: {cpu[0] / cpu[1]:.3f}x "
+        f"({cpu[0]:.1f} s / {cpu[1]:.1f} s, the same tokens)"
+    )
+    print(
+        f"  engine steps at 8, mlxcel/llama-server:      {steps[0] / steps[1]:.3f}x "
+        f"({steps[0]:.0f} of {busy[0]:.2f} sequences / {steps[1]:.0f} of {busy[1]:.2f})"
+    )
 
 
 def _figures(levels: dict[int, dict]) -> tuple[float, float, float]:
