@@ -106,7 +106,11 @@ async def run_level(
 
         async def bounded(prompt: str) -> Sample:
             async with limit:
-                return await one_request(client, model, prompt, max_tokens)
+                try:
+                    return await one_request(client, model, prompt, max_tokens)
+                except httpx.RemoteProtocolError:
+                    # A kept-alive connection the server had just closed: ask on a new one.
+                    return await one_request(client, model, prompt, max_tokens)
 
         start = time.perf_counter()
         samples = await asyncio.gather(*(bounded(p) for p in prompts))
