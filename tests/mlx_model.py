@@ -65,18 +65,20 @@ def _train_tokenizer() -> Tokenizer:
     return tokenizer
 
 
-def _tokenizer_config(tokenizer: Tokenizer) -> dict[str, Any]:
-    added = {
-        str(tokenizer.token_to_id(t)): {
-            "content": t,
-            "lstrip": False,
-            "rstrip": False,
-            "normalized": False,
-            "single_word": False,
-            "special": True,
-        }
-        for t in SPECIAL_TOKENS
+def added_token(content: str) -> dict[str, Any]:
+    """A special token's entry in tokenizer_config.json's added_tokens_decoder."""
+    return {
+        "content": content,
+        "lstrip": False,
+        "rstrip": False,
+        "normalized": False,
+        "single_word": False,
+        "special": True,
     }
+
+
+def _tokenizer_config(tokenizer: Tokenizer) -> dict[str, Any]:
+    added = {str(tokenizer.token_to_id(t)): added_token(t) for t in SPECIAL_TOKENS}
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "added_tokens_decoder": added,
@@ -247,14 +249,7 @@ def build_vision_model(target: Path, seed: int = 0) -> Path:
     vocab = tokenizer.get_vocab_size()
     image_token = tokenizer.token_to_id(IMAGE_TOKEN)
     tokenizer_config = _tokenizer_config(tokenizer)
-    tokenizer_config["added_tokens_decoder"][str(image_token)] = {
-        "content": IMAGE_TOKEN,
-        "lstrip": False,
-        "rstrip": False,
-        "normalized": False,
-        "single_word": False,
-        "special": True,
-    }
+    tokenizer_config["added_tokens_decoder"][str(image_token)] = added_token(IMAGE_TOKEN)
     _write_json(target / "tokenizer_config.json", tokenizer_config)
     config = _vision_config(vocab, image_token)
     _write_json(target / "config.json", config)

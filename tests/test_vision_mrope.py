@@ -21,7 +21,7 @@ from bench.models import SHAPES, build, tiny
 from bench.mrope_models import MropeShape
 from bench.mrope_models import build as build_projector
 
-from mlxcel.backends.llamacpp.jumps import Jumps
+from mlxcel.engine.positions import Jumps
 from tests.conftest import serving
 from tests.media_util import data_uri, image_bytes
 from tests.server_process import ServerProcess

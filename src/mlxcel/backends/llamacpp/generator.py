@@ -16,7 +16,6 @@ from llguidance.llamacpp import lltokenizer_from_vocab
 from mlxcel.backends.guidance import Constraint, constraint
 from mlxcel.backends.llamacpp import drafting, native
 from mlxcel.backends.llamacpp.embedding_batch import decode_rows
-from mlxcel.backends.llamacpp.jumps import Jumps
 from mlxcel.backends.llamacpp.kv_cache import kv_cache_info
 from mlxcel.backends.llamacpp.model import (
     LlamaCppOptions,
@@ -28,7 +27,7 @@ from mlxcel.backends.llamacpp.model import (
 )
 from mlxcel.backends.llamacpp.sampling import build_chain, sample_with_logprobs
 from mlxcel.backends.llamacpp.vision import Projector
-from mlxcel.engine.positions import MropePositions
+from mlxcel.engine.positions import Jumps, MropePositions
 from mlxcel.engine.types import (
     ChatTemplate,
     Feed,

@@ -32,8 +32,11 @@ class DecodeRows(Protocol):
         """Remove these slots' rows; each slot's per-layer cache on its own."""
         ...
 
-    def forward(self, model: nn.Module, tokens: list[int]) -> mx.array:
-        """Logits ([rows, vocab]) after one token per row, in row order."""
+    def forward(
+        self, model: nn.Module, tokens: list[int], positions: mx.array | None = None
+    ) -> mx.array:
+        """Logits ([rows, vocab]) after one token per row, in row order; `positions`: the
+        rows' position ids ([3, rows, 1], M-RoPE), else the model counts them from the cache."""
         ...
 
 
@@ -89,9 +92,10 @@ class BatchedRows:
     def _row(self, row: int) -> list[Any]:
         return [layer.extract(row) for layer in self._cache]
 
-    def forward(self, model: nn.Module, tokens: list[int]) -> mx.array:
-        logits: mx.array = model(mx.array(tokens)[:, None], cache=self._cache)
-        return logits[:, -1]
+    def forward(
+        self, model: nn.Module, tokens: list[int], positions: mx.array | None = None
+    ) -> mx.array:
+        return run(model, mx.array(tokens)[:, None], self._cache, positions)[:, -1]
 
 
 def _merge(caches: Iterable[list[Any]]) -> list[Any]:
@@ -117,12 +121,32 @@ class SingleRows:
     def leave(self, slots: Collection[int]) -> dict[int, list[Any]]:
         return {slot: self._caches.pop(slot) for slot in slots}
 
-    def forward(self, model: nn.Module, tokens: list[int]) -> mx.array:
+    def forward(
+        self, model: nn.Module, tokens: list[int], positions: mx.array | None = None
+    ) -> mx.array:
         rows = [
-            model(mx.array([[token]]), cache=cache)[:, -1]
-            for token, cache in zip(tokens, self._caches.values(), strict=True)
+            run(model, mx.array([[token]]), cache, None if positions is None else positions[:, [i]])
+            for i, (token, cache) in enumerate(zip(tokens, self._caches.values(), strict=True))
         ]
-        return mx.concatenate(rows)
+        return mx.concatenate([row[:, -1] for row in rows])
+
+
+def run(
+    model: nn.Module,
+    inputs: mx.array,
+    cache: list[Any],
+    positions: mx.array | None = None,
+    embeddings: mx.array | None = None,
+) -> mx.array:
+    """The model's logits for `inputs` ([rows, tokens]) over `cache`; position ids and input
+    embeddings passed only where given (mlx-lm's text models take neither)."""
+    extra: dict[str, mx.array] = {}
+    if positions is not None:
+        extra["position_ids"] = positions
+    if embeddings is not None:
+        extra["inputs_embeds"] = embeddings
+    logits: mx.array = model(inputs, cache=cache, **extra)
+    return logits
 
 
 def unbatchable(cache: list[Any]) -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -16,11 +15,13 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_p
 from mlx_lm.utils import load_model, load_tokenizer
 
 from mlxcel.backends.guidance import Constraint, constraint
-from mlxcel.backends.mlx.batch import BatchedRows, DecodeRows, SingleRows, unbatchable
+from mlxcel.backends.mlx.batch import BatchedRows, DecodeRows, SingleRows, run, unbatchable
+from mlxcel.backends.mlx.config import config_value, read_generation_config
 from mlxcel.backends.mlx.dry import Dry
 from mlxcel.backends.mlx.kv_state import from_bytes, to_bytes, unsaveable
 from mlxcel.backends.mlx.sampling import SlotSampler, sample_rows
 from mlxcel.backends.mlx.vocab import Vocabulary
+from mlxcel.engine.positions import Jumps
 from mlxcel.engine.types import ChatTemplate, Feed, Sample, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -29,15 +30,6 @@ T = TypeVar("T")
 
 # Each request may bring its own DRY breakers; their token sets are cached, but not forever.
 _MAX_BREAKER_SETS = 16
-
-# generation_config.json's sampling keys under our names.
-_HF_SAMPLING_KEYS = {
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "top_k": "top_k",
-    "min_p": "min_p",
-    "repetition_penalty": "repeat_penalty",
-}
 
 
 @dataclass(frozen=True)
@@ -50,7 +42,7 @@ class MlxOptions:
 
 
 @dataclass
-class _Slot:
+class Slot:
     """One sequence's KV cache, the tokens it holds, and the sampler of its current request.
 
     `cache` is None while the cache is a row of the decode batch.
@@ -61,27 +53,8 @@ class _Slot:
     sampler: SlotSampler | None = None
     media: dict[int, np.ndarray] = field(default_factory=dict)
     """The embedding rows of the images among `tokens`, by the position of their first."""
-
-
-def _read_generation_config(path: Path) -> dict[str, float]:
-    file = path / "generation_config.json"
-    if not file.is_file():
-        return {}
-    try:
-        config = json.loads(file.read_text())
-    except json.JSONDecodeError as exc:
-        logger.warning("ignoring %s: %s", file, exc)
-        return {}
-    return {
-        name: float(config[key])
-        for key, name in _HF_SAMPLING_KEYS.items()
-        if isinstance(config.get(key), (int, float))
-    }
-
-
-def _config_value(config: Mapping[str, Any], key: str) -> Any:
-    """A model config value, also looked up in `text_config` (multimodal checkpoints)."""
-    return config.get(key) or config.get("text_config", {}).get(key)
+    jumps: Jumps = field(default_factory=Jumps)
+    """Where its positions stop being token indices (after M-RoPE images)."""
 
 
 def _trimmable(cache: list[Any]) -> bool:
@@ -108,7 +81,7 @@ class MlxGenerator:
 
     def __init__(self, path: Path, options: MlxOptions) -> None:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlx")
-        self._slots: dict[int, _Slot] = {}
+        self._slots: dict[int, Slot] = {}
         self._breakers: dict[tuple[str, ...], frozenset[int]] = {}
         self._n_slots = options.parallel
         self._max_feed = options.batch_size
@@ -129,8 +102,8 @@ class MlxGenerator:
         self._model, config = self._call(self._open_model, path)
         tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
         self._vocab = Vocabulary(tokenizer)
-        self._n_vocab = int(_config_value(config, "vocab_size") or self._vocab.size)
-        n_ctx = options.ctx_size or _config_value(config, "max_position_embeddings")
+        self._n_vocab = int(config_value(config, "vocab_size") or self._vocab.size)
+        n_ctx = options.ctx_size or config_value(config, "max_position_embeddings")
         if not n_ctx:
             raise ValueError(f"{path} does not say its context length: pass -c/--ctx-size")
         self._n_ctx_seq = int(n_ctx) // options.parallel
@@ -149,7 +122,7 @@ class MlxGenerator:
                 "%s cannot be saved: no host-memory prompt cache (--cache-ram)",
                 ", ".join(unsaved),
             )
-        self._generation_config = _read_generation_config(path)
+        self._generation_config = read_generation_config(path)
         if self._call(mx.default_device).type == mx.DeviceType.cpu:
             logger.warning(
                 "MLX runs on the CPU here, 20-100x slower than llama.cpp: "
@@ -253,12 +226,12 @@ class MlxGenerator:
         )
         self._slots[slot] = state
 
-    def _kept_prefix(self, slot: int, reuse: int) -> _Slot:
+    def _kept_prefix(self, slot: int, reuse: int) -> Slot:
         """The slot's KV state cut back to its first `reuse` tokens."""
         state = self._slots.get(slot)
         if state is None or reuse == 0:
             self._forget(slot)
-            return _Slot(make_prompt_cache(self._model))
+            return Slot(make_prompt_cache(self._model))
         cache = self._own_cache(slot)
         extra = len(state.tokens) - reuse
         # The scheduler never cuts inside an image: one starting before `reuse` stays whole.
@@ -271,8 +244,9 @@ class MlxGenerator:
             prefix = state.tokens[:reuse]
             cache = make_prompt_cache(self._model)
             self._fill(cache, prefix, tuple(media.items()))
-            state = _Slot(cache, prefix)
+            state = Slot(cache, prefix)
         del state.tokens[reuse:]
+        state.jumps.keep(reuse)
         state.media = media
         return state
 
@@ -302,7 +276,7 @@ class MlxGenerator:
     def _load_state(self, slot: int, data: bytes) -> None:
         cache, tokens = from_bytes(data)
         self._forget(slot)
-        self._slots[slot] = _Slot(cache, tokens)
+        self._slots[slot] = Slot(cache, tokens)
 
     def close_slot(self, slot: int) -> None:
         self._call(self._drop_sampler, slot)
@@ -324,8 +298,9 @@ class MlxGenerator:
             # The output projection over the whole vocabulary is paid for sampled tokens only.
             tokens = list(feed.tokens[:-1] if feed.sample else feed.tokens)
             if tokens:
-                self._fill(self._own_cache(feed.slot), tokens, feed.media)
                 state = self._slots[feed.slot]
+                at = self._prompt_positions(state, tokens, feed)
+                self._fill(self._own_cache(feed.slot), tokens, feed.media, at)
                 state.media.update((len(state.tokens) + at, rows) for at, rows in feed.media)
                 state.tokens += tokens
         last = {f.slot: f.tokens[-1] for f in feeds if f.sample}
@@ -337,7 +312,8 @@ class MlxGenerator:
         for slot in joining:
             self._slots[slot].cache = None
         rows = self._rows.slots
-        logits = self._rows.forward(self._model, [last[slot] for slot in rows])
+        positions = self._decode_positions([self._slots[slot] for slot in rows])
+        logits = self._rows.forward(self._model, [last[slot] for slot in rows], positions)
         samples = sample_rows([samplers[slot] for slot in rows], logits)
         by_slot = dict(zip(rows, samples, strict=True))
         for slot, token in last.items():
@@ -366,19 +342,26 @@ class MlxGenerator:
             self._slots[slot].cache = cache
         return caches
 
+    def _prompt_positions(self, state: Slot, tokens: list[int], feed: Feed) -> mx.array | None:
+        """The position ids of a prompt chunk about to join the slot; None: the model counts
+        them from its cache (one a token)."""
+        return None
+
+    def _decode_positions(self, rows: list[Slot]) -> mx.array | None:
+        """The position ids of the decode rows' next tokens; None: from their caches."""
+        return None
+
     def _fill(
         self,
         cache: list[Any],
         tokens: list[int],
         media: Sequence[tuple[int, np.ndarray]] = (),
+        positions: mx.array | None = None,
     ) -> None:
         """Evaluate `tokens` into the KV cache only; MLX's lazy graph skips their logits.
         The images among them (offset, rows) are evaluated from their embedding rows."""
-        if media:
-            embeddings = self._model.embed(tokens, media)
-            self._model(mx.array(tokens)[None], cache=cache, inputs_embeds=embeddings)
-        else:
-            self._model(mx.array(tokens)[None], cache=cache)
+        embeddings = self._model.embed(tokens, media) if media else None
+        run(self._model, mx.array(tokens)[None], cache, positions, embeddings)
         mx.eval([layer.state for layer in cache])
 
     def warm_up(self) -> None:

@@ -4,20 +4,31 @@ vision tower embeds them, and the language model runs them as embedding rows in 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 import numpy as np
+from mlx_lm.models.cache import KVCache, make_prompt_cache
 from mlx_vlm.utils import load_model as load_vlm
 from mlx_vlm.utils import load_processor
 
-from mlxcel.backends.mlx.generator import MlxGenerator, MlxOptions
+from mlxcel.backends.mlx.generator import MlxGenerator, MlxOptions, Slot
+from mlxcel.backends.mlx.mrope import chunk_positions, decode_positions, grid_positions
 from mlxcel.engine.media import ImageRows
-from mlxcel.engine.types import EngineError, MediaSpan
+from mlxcel.engine.positions import MropePositions
+from mlxcel.engine.types import EngineError, Feed, MediaSpan
 from mlxcel.media.audio import Media
 from mlxcel.media.images import MEDIA_MARKER, Image
+
+logger = logging.getLogger(__name__)
+
+# The M-RoPE models whose language model takes the prompt as input embeddings and position
+# ids alone; Qwen3-VL also feeds vision features into its first layers (deepstack), which this
+# path does not carry.
+_MROPE_FAMILIES = ("qwen2_vl", "qwen2_5_vl")
 
 
 class VisionLanguageModel:
@@ -36,9 +47,14 @@ class VisionLanguageModel:
         return self._language.layers
 
     def __call__(
-        self, inputs: mx.array, cache: Any = None, inputs_embeds: mx.array | None = None
+        self,
+        inputs: mx.array,
+        cache: Any = None,
+        inputs_embeds: mx.array | None = None,
+        position_ids: mx.array | None = None,
     ) -> mx.array:
-        out = self._language(inputs, cache=cache, inputs_embeds=inputs_embeds)
+        extra = {} if position_ids is None else {"position_ids": position_ids}
+        out = self._language(inputs, cache=cache, inputs_embeds=inputs_embeds, **extra)
         logits: mx.array = out.logits
         return logits
 
@@ -88,29 +104,56 @@ class MlxVisionGenerator(MlxGenerator):
     """MlxGenerator for an mlx-vlm model: a prompt's images are evaluated from the vision
     tower's embeddings (Feed.media), its text and every decode step as on a text model.
 
-    Positions run one after another through images and text alike: a model that lays images
-    out with M-RoPE positions (the Qwen2-VL family) is refused at load.
+    Positions run one after another through images and text alike, except on a model with
+    M-RoPE positions (the Qwen2-VL family): there each image lies on its grid (mrope.py) and
+    every prompt chunk and decode step passes the model its position ids, the slot's jumps
+    mapping token indices to positions. Such a model keeps no host-memory prompt cache.
     """
 
     def __init__(self, path: Path, options: MlxOptions) -> None:
         self._image_rows = ImageRows()
         super().__init__(path, options)
 
+    def _load(self, path: Path, options: MlxOptions) -> None:
+        super()._load(path, options)
+        if not self._merge:
+            return
+        if not all(type(layer) is KVCache for layer in self._call(make_prompt_cache, self._model)):
+            # A cache that cannot drop tokens is evaluated again for prefix reuse, which
+            # knows no image's grid.
+            raise ValueError(f"{path}: M-RoPE positions need plain KV caches on every layer")
+        self._can_save_state = False
+        logger.warning("M-RoPE positions are not saved: no host-memory prompt cache (--cache-ram)")
+
     def _open_model(self, path: Path) -> tuple[Any, dict[str, Any]]:
         config: dict[str, Any] = json.loads((path / "config.json").read_text())
-        text = config.get("text_config", {})
+        text = {**config, **config.get("text_config", {})}
         rope = {**(text.get("rope_scaling") or {}), **(text.get("rope_parameters") or {})}
-        if "mrope_section" in rope:
+        # The spatial merge of an M-RoPE model's grid; 0: positions one after another.
+        self._merge = 0
+        if "mrope_section" in rope and config.get("model_type") not in _MROPE_FAMILIES:
             raise ValueError(
-                f"{path} needs M-RoPE positions (Qwen2-VL style), which mlxcel does not lay out yet"
+                f"{path}: mlxcel lays out M-RoPE positions for {', '.join(_MROPE_FAMILIES)} "
+                f"models on MLX, not {config.get('model_type')} (serve its GGUF instead)"
             )
+        if "mrope_section" in rope:
+            self._merge = int(config.get("vision_config", {}).get("spatial_merge_size", 2))
+        # Loading the model first imports its mlx-vlm module, which registers its processor.
+        model = VisionLanguageModel(load_vlm(path))
         self._processor = load_processor(path, add_detokenizer=False)
         image_token = getattr(self._processor, "image_token", None)
         token_id = config.get("image_token_index", config.get("image_token_id"))
         if not isinstance(image_token, str) or not isinstance(token_id, int):
             raise ValueError(f"{path}: mlx-vlm's processor names no image token for this model")
-        self._image_token, self._image_token_id = image_token, token_id
-        return VisionLanguageModel(load_vlm(path)), config
+        self._image_token_id = token_id
+        # Qwen2-VL's chat template puts an image between its vision start and end tokens.
+        bounds = [config.get(f"vision_{end}_token_id") for end in ("start", "end")]
+        if self._merge and all(isinstance(bound, int) for bound in bounds):
+            start, end = self._processor.tokenizer.convert_ids_to_tokens(bounds)
+            self._image_text = f"{start}{image_token}{end}"
+        else:
+            self._image_text = image_token
+        return model, config
 
     @property
     def input_modalities(self) -> tuple[str, ...]:
@@ -136,22 +179,45 @@ class MlxVisionGenerator(MlxGenerator):
                 "invalid_request",
             )
         inputs = self._processor(
-            text=text.replace(MEDIA_MARKER, self._image_token),
+            text=text.replace(MEDIA_MARKER, self._image_text),
             images=[image.to_pil() for image in images],
         )
         ids = np.array(inputs["input_ids"]).reshape(-1)
         runs = _image_runs(ids, self._image_token_id, len(images))
         if runs and runs[-1][-1] == len(ids) - 1:
             raise EngineError("a prompt cannot end with an image", "invalid_request")
+        grids = self._grids(inputs, runs)
         keys = [f"{image.digest}:{len(run)}" for image, run in zip(images, runs, strict=True)]
         embeddings = self._call(self._embed_images, dict(inputs), runs, keys)
         tokens = ids.tolist()
         spans = []
-        for run, rows, image in zip(runs, embeddings, images, strict=True):
-            span = MediaSpan(int(run[0]), rows, image.digest)
+        for run, rows, image, grid in zip(runs, embeddings, images, grids, strict=True):
+            span = MediaSpan(int(run[0]), rows, image.digest, grid)
             tokens[span.start : span.end] = [span.placeholder] * len(rows)
             spans.append(span)
         return tokens, tuple(spans)
+
+    def _grids(self, inputs: Any, runs: list[np.ndarray]) -> list[MropePositions] | list[None]:
+        """Each image's M-RoPE positions from the processor's grid (t, h, w in patches)."""
+        if not self._merge:
+            return [None] * len(runs)
+        grids = np.asarray(inputs["image_grid_thw"]).reshape(-1, 3).tolist()
+        out = [grid_positions(t, h // self._merge, w // self._merge) for t, h, w in grids]
+        if [len(grid.base[0]) for grid in out] != [len(run) for run in runs]:
+            raise EngineError(
+                "the prompt's image tokens do not match the images' grids", "invalid_request"
+            )
+        return out
+
+    def _prompt_positions(self, state: Slot, tokens: list[int], feed: Feed) -> mx.array | None:
+        if not self._merge:
+            return None
+        return chunk_positions(state.jumps, len(state.tokens), len(tokens), feed.media, feed.mrope)
+
+    def _decode_positions(self, rows: list[Slot]) -> mx.array | None:
+        if not self._merge:
+            return None
+        return decode_positions([row.jumps.position(len(row.tokens)) for row in rows])
 
     def _embed_images(
         self, inputs: dict[str, Any], runs: list[np.ndarray], keys: list[str]
