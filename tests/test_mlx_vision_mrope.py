@@ -43,10 +43,19 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def qwen2vl(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[ServerProcess]:
-    config = model_dir.parent / "models.yaml"
-    config.write_text(f"models:\n  - model_path: {model_dir}\n    kind: vision\n    name: m\n")
+    # -m alone: a folder with a vision tower is served as a vision model (test_mlx_vision.py
+    # serves its model through a config file's `kind: vision`).
     yield from serving(
-        tmp_path_factory, "mlx-qwen2vl", "--config", str(config), "-c", "1024", "-np", "2"
+        tmp_path_factory,
+        "mlx-qwen2vl",
+        "-m",
+        str(model_dir),
+        "--alias",
+        "m",
+        "-c",
+        "1024",
+        "-np",
+        "2",
     )
 
 

@@ -27,7 +27,7 @@ from mlxcel.config_file import (
     read_config,
 )
 from mlxcel.logs import configure
-from mlxcel.weights import WeightsError, hub_id, resolve_model
+from mlxcel.weights import WeightsError, hub_id, is_vision_folder, resolve_model
 
 logger = logging.getLogger("mlxcel.cli")
 
@@ -138,6 +138,10 @@ def _flag_models(parser: argparse.ArgumentParser, args: argparse.Namespace) -> l
     except (WeightsError, ValueError, OSError) as exc:
         fail(parser, str(exc))
     main = replace(_model_flags(args), model=model, alias=args.alias, hub_id=hub_id(args.model))
+    if is_vision_folder(model):
+        # A folder with a vision tower is served as the vision model it is, as a config file's
+        # `kind: vision` would.
+        main = replace(main, kind="vision")
     return [main, *side]
 
 

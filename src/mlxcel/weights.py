@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import re
 import sys
@@ -128,3 +129,15 @@ def resolve_model(model: str | None) -> Path:
 def _has_gguf_magic(path: Path) -> bool:
     with path.open("rb") as f:
         return f.read(len(GGUF_MAGIC)) == GGUF_MAGIC
+
+
+def is_vision_folder(path: Path) -> bool:
+    """A model folder whose config holds a vision tower (an mlx-vlm / Hugging Face VLM)."""
+    config = path / "config.json"
+    if not path.is_dir() or not config.is_file():
+        return False
+    try:
+        values = json.loads(config.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(values, dict) and isinstance(values.get("vision_config"), dict)
