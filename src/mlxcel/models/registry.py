@@ -234,7 +234,7 @@ class ModelRegistry:
         budget = self._max_memory
         if budget is None:
             return
-        need = entry.expected_size
+        need = self._expected_size(entry)
         while True:
             holders = [e for e in self._entries if e.state in ("loaded", "unloading")]
             held = sum(e.expected_size for e in holders)
@@ -244,6 +244,17 @@ class ModelRegistry:
             if not idle:
                 raise NoRoom(self._no_room(entry, need, held, holders))
             await self.unload(idle[0], f"making room for '{entry.name}'")
+
+    def _expected_size(self, entry: ModelEntry) -> int:
+        """What loading `entry` will take: its own measured size, else one measured for the
+        same weights under another name (a worker's resident memory is more than its weights
+        on disk), else its weights on disk."""
+        if entry.size is None:
+            same = (e.size for e in self._entries if e.config.model == entry.config.model)
+            measured = [size for size in same if size is not None]
+            if measured:
+                return max(measured)
+        return entry.expected_size
 
     def _no_room(self, entry: ModelEntry, need: int, held: int, holders: list[ModelEntry]) -> str:
         def why(e: ModelEntry) -> str:
