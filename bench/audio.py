@@ -43,7 +43,7 @@ from mlxcel.backends.audio.faster_whisper import (
 from mlxcel.backends.audio.hibari_voice import HibariSynthesizer
 from mlxcel.backends.audio.speech import SpeechJob
 from mlxcel.backends.audio.transcript import TranscribeJob
-from mlxcel.config import default_threads
+from mlxcel.config import usable_cores
 from mlxcel.models.audio import default_parallel
 
 FALLBACK = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
@@ -124,7 +124,7 @@ def strategies(path: Path, threads: int, samples: list[np.ndarray]) -> dict[str,
 
 
 def main() -> None:
-    threads = default_threads()
+    threads = usable_cores()
     voice = HibariSynthesizer()
     clips = [np.concatenate(list(voice.synthesize(SpeechJob(t, "heart")))) for t in TEXTS]
     wavs = [encode_audio(clip, voice.sample_rate, "wav") for clip in clips]

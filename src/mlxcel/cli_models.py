@@ -15,8 +15,8 @@ from mlxcel.config import (
     DEFAULT_IMAGE_URL_TTL,
     Kind,
     ModelConfig,
-    default_threads,
     speculation_problem,
+    usable_cores,
 )
 from mlxcel.config_file import FileConfig, ModelSection, unservable
 from mlxcel.models.audio import AUDIO_KINDS, side_model, unknown_audio_source
@@ -121,7 +121,9 @@ def _audio_model(parser: argparse.ArgumentParser, kind: Kind, source: str) -> Mo
     why = unknown_audio_source(kind, source)
     if why is not None:
         fail(parser, f"--{kind}-model {source}: {why}")
-    return side_model(kind, source, default_threads())
+    # Every usable core, not llama.cpp's all-but-one: its workers take requests side by side,
+    # one thread each, with no barrier between them (models/audio.py: default_parallel).
+    return side_model(kind, source, usable_cores())
 
 
 def _file_model(
