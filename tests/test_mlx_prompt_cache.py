@@ -16,7 +16,8 @@ from mlx_lm.models.deepseek_v41 import LayerCache
 
 from mlxcel.backends.mlx import MlxGenerator, MlxOptions
 from mlxcel.backends.mlx.kv_state import from_bytes, to_bytes, unsaveable
-from mlxcel.engine.types import Feed, Sample, SamplingParams, SavesState
+from mlxcel.engine.capabilities import SavesState
+from mlxcel.engine.types import Feed, Sample, SamplingParams
 from tests.conftest import LLAMA_DIR, start
 from tests.server_process import ServerProcess
 from tests.test_mlx_batching import _sliding_window

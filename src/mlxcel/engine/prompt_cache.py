@@ -12,9 +12,9 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from mlxcel.engine.capabilities import SavesState
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.slots import SlotState, common_prefix
-from mlxcel.engine.types import SavesState
 
 logger = logging.getLogger(__name__)
 

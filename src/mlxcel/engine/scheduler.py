@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from mlxcel.engine import media
+from mlxcel.engine.capabilities import SavesState
 from mlxcel.engine.handle import EventSink
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.prompt_cache import PromptCache, swap_cached
@@ -25,7 +26,6 @@ from mlxcel.engine.types import (
     PromptProgress,
     Sample,
     SamplingParams,
-    SavesState,
     TextGenerator,
     TokenEvent,
     TokenLogprob,

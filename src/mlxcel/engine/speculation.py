@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mlxcel.engine.capabilities import DraftsWithModel, VerifiesDrafts
 from mlxcel.engine.sequence import Job, Running
 from mlxcel.engine.speculative import Drafter, NgramDrafter, SpeculativeConfig
-from mlxcel.engine.types import DraftsWithModel, TextGenerator, VerifiesDrafts
+from mlxcel.engine.types import TextGenerator
 
 
 class Speculation:

@@ -11,12 +11,13 @@ from pathlib import Path
 from mlxcel.backends.embeddings import folder_engine
 from mlxcel.chat_templates import BUILTIN_TEMPLATES, CHATML, builtin_for
 from mlxcel.config import ModelConfig
+from mlxcel.engine.capabilities import VerifiesDrafts
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.prompt_cache import PromptCache
 from mlxcel.engine.sampling import SamplingDefaults, model_defaults
 from mlxcel.engine.scheduler import Scheduler, SchedulerLimits
 from mlxcel.engine.speculative import SpeculativeConfig
-from mlxcel.engine.types import ChatTemplate, TextGenerator, VerifiesDrafts
+from mlxcel.engine.types import ChatTemplate, TextGenerator
 from mlxcel.models.audio import AUDIO_KINDS, engine_label
 from mlxcel.models.images import IMAGE_BACKEND
 from mlxcel.parsers.tools import detect_parser

@@ -12,16 +12,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from mlxcel.config import ModelConfig
+from mlxcel.engine.capabilities import FillsInTheMiddle, ReportsKvCache
 from mlxcel.engine.handle import ends
 from mlxcel.engine.media import TakesMedia
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.slots import SlotState
-from mlxcel.engine.types import (
-    FillsInTheMiddle,
-    MediaSpan,
-    ReportsKvCache,
-    TokenEvent,
-)
+from mlxcel.engine.types import MediaSpan, TokenEvent
 from mlxcel.media.audio import Media
 from mlxcel.models.loader import TextEngine, backend_label, load_text_engine
 from mlxcel.models.textgen import TextFacts, TextSequence

@@ -12,18 +12,11 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from mlxcel.engine.capabilities import FimTokens, KvCacheInfo
 from mlxcel.engine.handle import RequestHandle, ends
 from mlxcel.engine.sampling import SamplingDefaults
 from mlxcel.engine.slots import SlotState
-from mlxcel.engine.types import (
-    ChatTemplate,
-    EngineError,
-    FimTokens,
-    KvCacheInfo,
-    MediaSpan,
-    SamplingParams,
-    TokenEvent,
-)
+from mlxcel.engine.types import ChatTemplate, EngineError, MediaSpan, SamplingParams, TokenEvent
 from mlxcel.media.audio import Media
 from mlxcel.models.remote import Worker, WorkerGone
 

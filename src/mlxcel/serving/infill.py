@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mlxcel.engine.types import FillsInTheMiddle, TextModel
+from mlxcel.engine.capabilities import FillsInTheMiddle
+from mlxcel.engine.types import TextModel
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.infill import ExtraFile, InfillRequest
 from mlxcel.serving.errors import invalid_request

@@ -8,13 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import mlxcel
-from mlxcel.engine.types import (
-    ReportsKvCache,
-    SamplingParams,
-    TextModel,
-    TokenEvent,
-    TokenLogprob,
-)
+from mlxcel.engine.capabilities import ReportsKvCache
+from mlxcel.engine.types import SamplingParams, TextModel, TokenEvent, TokenLogprob
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.protocol.common import SamplingFields

@@ -27,16 +27,9 @@ from mlxcel.backends.llamacpp.model import (
 )
 from mlxcel.backends.llamacpp.sampling import build_chain, sample_with_logprobs
 from mlxcel.backends.llamacpp.vision import Projector
+from mlxcel.engine.capabilities import FimTokens, KvCacheInfo
 from mlxcel.engine.positions import Jumps, MropePositions
-from mlxcel.engine.types import (
-    ChatTemplate,
-    Feed,
-    FimTokens,
-    KvCacheInfo,
-    MediaSpan,
-    Sample,
-    SamplingParams,
-)
+from mlxcel.engine.types import ChatTemplate, Feed, MediaSpan, Sample, SamplingParams
 from mlxcel.media.audio import Media
 
 # The calls the engine thread makes for every token (native.holding_gil says why).

@@ -7,7 +7,7 @@ from typing import Any
 import llama_cpp
 
 from mlxcel.backends.llamacpp import native
-from mlxcel.engine.types import KvCacheInfo
+from mlxcel.engine.capabilities import KvCacheInfo
 
 # llama.cpp's KV cache types (common/arg.cpp's kv_cache_types), by ggml's names: the ggml type
 # (ggml.h's enum ggml_type, which llama-cpp-python only partly mirrors), and how it stores a

@@ -12,7 +12,8 @@ import llama_cpp
 
 from mlxcel.backends.llamacpp import native
 from mlxcel.backends.llamacpp.kv_cache import ggml_type
-from mlxcel.engine.types import ChatTemplate, FimTokens
+from mlxcel.engine.capabilities import FimTokens
+from mlxcel.engine.types import ChatTemplate
 
 logger = logging.getLogger(__name__)
 

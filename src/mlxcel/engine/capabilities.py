@@ -1,0 +1,102 @@
+"""What a generator may do beyond the TextGenerator protocol, each asked with isinstance:
+report its KV cache, verify drafts, draft with a model, save a slot's state, fill in the
+middle."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class KvCacheInfo:
+    """A model's KV cache: its K and V data types, tokens it holds, and bytes of each."""
+
+    type_k: str
+    type_v: str
+    cells: int
+    k_bytes: int
+    v_bytes: int
+
+
+@runtime_checkable
+class ReportsKvCache(Protocol):
+    """A generator that may know its KV cache's types and size (/props shows them)."""
+
+    @property
+    def kv_cache(self) -> KvCacheInfo | None:
+        """The KV cache as allocated when the model loaded (None: the engine does not say)."""
+        ...
+
+
+@runtime_checkable
+class VerifiesDrafts(Protocol):
+    """A generator whose step can verify a feed's draft tokens (speculative decoding)."""
+
+    @property
+    def verifies_drafts(self) -> bool:
+        """Whether Feed.draft may be set."""
+        ...
+
+    def draft_token_cost(self) -> float:
+        """What one more drafted token adds to a decode, as a share of a one-token decode
+        (measured; called before the engine thread starts)."""
+        ...
+
+
+@runtime_checkable
+class DraftsWithModel(Protocol):
+    """A generator with a draft model of its own vocabulary (speculative decoding)."""
+
+    @property
+    def drafts_with_model(self) -> bool:
+        """Whether `draft` may be called."""
+        ...
+
+    def draft(self, requests: Sequence[tuple[int, Sequence[int], int]]) -> list[tuple[int, ...]]:
+        """For each (slot, its tokens so far, most tokens to draft): the draft model's greedy
+        draft of what follows, every slot in the same decodes."""
+        ...
+
+
+@runtime_checkable
+class SavesState(Protocol):
+    """A generator that can copy a slot's KV state out to host memory and back."""
+
+    @property
+    def can_save_state(self) -> bool:
+        """Whether this model's KV state can be saved (fixed when it loads)."""
+        ...
+
+    def save_state(self, slot: int) -> bytes:
+        """The slot's KV state as bytes."""
+        ...
+
+    def load_state(self, slot: int, data: bytes) -> bool:
+        """Put saved state into a slot (replacing what it held); False if it did not fit."""
+        ...
+
+
+@dataclass(frozen=True)
+class FimTokens:
+    """A vocabulary's fill-in-the-middle tokens; None where it has no such token.
+
+    `repo` and `separator` mark repository-level context (the project, then each file).
+    """
+
+    prefix: int | None
+    suffix: int | None
+    middle: int | None
+    repo: int | None = None
+    separator: int | None = None
+
+
+@runtime_checkable
+class FillsInTheMiddle(Protocol):
+    """A generator that knows its model's FIM tokens (a GGUF declares them)."""
+
+    @property
+    def fim_tokens(self) -> FimTokens:
+        """The model's FIM tokens, read when it loaded."""
+        ...
