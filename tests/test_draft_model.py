@@ -7,6 +7,7 @@ one (a draft cut where the request's own sampling differs)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +40,9 @@ def test_greedy_output_is_the_same_with_a_draft_model(
     assert timings["predicted_n"] == plain["timings"]["predicted_n"] == 48
     # Its own greedy choice is the model's: what it drafts confidently is taken.
     assert 0 < timings["draft_n_accepted"] <= timings["draft_n"]
+    assert re.search(
+        r"a drafted token costs \d+\.\d\d of a one-token decode \(measured\)", drafted.log()
+    )
     assert after[0] - before[0] == timings["draft_n"]
     assert after[1] - before[1] == timings["draft_n_accepted"]
     assert after[2] > before[2]

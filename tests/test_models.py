@@ -334,6 +334,10 @@ def test_bad_configs_are_one_line_errors_with_exit_code_2(tmp_path: Path) -> Non
             f"models:\n  - model_path: {gguf}\n    context_length: lots\n",
             "{file}:3: models[0].context_length: expected an integer, got 'lots'",
         ),
+        "cost.yaml": (
+            f"models:\n  - model_path: {gguf}\n    draft_cost: -1\n",
+            "{file}:3: models[0].draft_cost: must be auto or at least 0, got -1",
+        ),
         "yaml.yaml": (
             "models: [\n",
             "{file}:2: not valid YAML: expected the node content, but found '<stream end>'",

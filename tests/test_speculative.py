@@ -25,9 +25,11 @@ TEXT = (
 PROMPT = f"Copy this code.\n\n{TEXT}\nCopy:\n\n"
 GREEDY: dict[str, Any] = {"max_tokens": 48, "temperature": 0, "ignore_eos": True}
 METRICS = ("draft_tokens", "accepted_tokens", "drafts")
-# Two slots, to batch; 3-token n-grams, so drafts come often.
+# Two slots, to batch; 3-token n-grams, so drafts come often. A drafted token's cost is set,
+# not measured: measured on a loaded machine it can reach a whole decode's, where no draft pays
+# (the draft model's tests measure it).
 SPEC_FLAGS = ("--ctx-size", "4096", "--parallel", "2", "--spec-type", "ngram-simple")
-SPEC_FLAGS += ("--spec-ngram-simple-size-n", "3")
+SPEC_FLAGS += ("--spec-ngram-simple-size-n", "3", "--draft-cost", "0.5")
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +55,7 @@ def test_greedy_output_is_the_same_with_speculation(
     plain, drafted = _complete(server), _complete(spec)
     assert drafted["choices"][0]["text"] == plain["choices"][0]["text"]
     assert "draft_n" not in plain["timings"]
+    assert "a drafted token costs 0.50 of a one-token decode (--draft-cost)" in spec.log()
     timings = drafted["timings"]
     assert timings["predicted_n"] == 48
     assert 0 <= timings.get("draft_n_accepted", 0) <= timings.get("draft_n", 0)
@@ -115,6 +118,12 @@ def test_bad_speculation_settings_are_refused(tmp_path: Path) -> None:
     )
     assert _refused(tmp_path, "--spec-ngram-simple-size-n", "0").endswith(
         "--spec-ngram-simple-size-n must be between 1 and 1024, got 0"
+    )
+    assert _refused(tmp_path, "--draft-cost", "-1").endswith(
+        "argument --draft-cost: must be auto or at least 0, got '-1'"
+    )
+    assert _refused(tmp_path, "--draft-cost", "cheap").endswith(
+        "argument --draft-cost: expected auto or a number, got 'cheap'"
     )
     assert _refused(tmp_path, "--spec-draft-n-max", "0").endswith(
         "--draft-max must be at least 1, got 0"

@@ -123,6 +123,7 @@ def _model_flags(args: argparse.Namespace) -> ModelConfig:
         spec_ngram_size_n=args.spec_ngram_simple_size_n,
         draft_max=args.draft_max,
         draft_min=args.draft_min,
+        draft_cost=args.draft_cost,
         model_draft=args.model_draft,
     )
 

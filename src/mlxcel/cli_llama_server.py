@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from mlxcel import config as defaults
+from mlxcel import config_values as to
 from mlxcel.chat_templates import BUILTIN_TEMPLATES
 from mlxcel.config import DEFAULT_KV_CACHE_TYPE, KV_CACHE_TYPES, kv_cache_problem, parse_origins
 
@@ -35,6 +36,13 @@ def _gpu_layers(value: str) -> int:
     if layers < -1:
         raise argparse.ArgumentTypeError("must be -1 (all), 0 or more")
     return layers
+
+
+def _draft_cost(value: str) -> float | None:
+    try:
+        return to.draft_cost(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def llama_server_arguments(parser: argparse.ArgumentParser) -> None:
@@ -177,6 +185,15 @@ def speculative_arguments(parser: argparse.ArgumentParser) -> None:
         default=defaults.DEFAULT_DRAFT_MIN,
         metavar="N",
         help="a shorter draft is not verified (default: %(default)s)",
+    )
+    add(
+        "--draft-cost",
+        type=_draft_cost,
+        default=None,
+        metavar="COST",
+        help="what verifying a drafted token costs, as a share of a one-token decode, which "
+        "n-gram drafts are sized by: auto (measured at load) or a number; 0 drafts whatever a "
+        "lookup finds, as llama-server does (default: auto)",
     )
 
 

@@ -216,6 +216,9 @@ class ModelConfig:
     """Most tokens drafted per step."""
     draft_min: int = DEFAULT_DRAFT_MIN
     """A shorter draft is not verified."""
+    draft_cost: float | None = None
+    """What verifying a drafted token costs, as a share of a one-token decode; None: measured
+    at load."""
     model_draft: Path | None = None
     """A draft model GGUF of the same vocabulary (-md): it drafts for speculative decoding."""
     on_demand: bool = False

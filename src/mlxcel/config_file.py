@@ -162,6 +162,7 @@ MODEL_KEYS: dict[str, tuple[str, to.Convert]] = {
     "spec_ngram_size_n": ("spec_ngram_size_n", to.at_least(1, 1024)),
     "draft_max": ("draft_max", to.at_least(1)),
     "draft_min": ("draft_min", to.at_least(0)),
+    "draft_cost": ("draft_cost", to.draft_cost),
     "model_draft": ("model_draft", to.path),
     "draft_model_path": ("model_draft", to.path),
     "num_draft_tokens": ("draft_max", to.at_least(1)),

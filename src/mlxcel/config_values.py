@@ -40,6 +40,19 @@ def number(value: Any) -> float:
     return float(value)
 
 
+def draft_cost(value: Any) -> float | None:
+    """--draft-cost: `auto` (None: measured at load) or a share of a decode, at least 0."""
+    if value == "auto":
+        return None
+    try:
+        cost = float(value) if isinstance(value, str) else number(value)
+    except ValueError:
+        raise ValueError(f"expected auto or a number, got {value!r}") from None
+    if not 0 <= cost < float("inf"):
+        raise ValueError(f"must be auto or at least 0, got {value!r}")
+    return cost
+
+
 def boolean(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, got {value!r}")

@@ -178,7 +178,10 @@ def _speculative(config: ModelConfig, generator: TextGenerator) -> SpeculativeCo
         return None
     if not isinstance(generator, VerifiesDrafts) or not generator.verifies_drafts:
         return None
-    cost = generator.draft_token_cost()
+    cost = config.draft_cost
+    measured = cost is None
+    if cost is None:
+        cost = generator.draft_token_cost()
     how = (
         f"draft model {config.model_draft.name}"
         if config.model_draft is not None
@@ -186,12 +189,13 @@ def _speculative(config: ModelConfig, generator: TextGenerator) -> SpeculativeCo
     )
     logger.info(
         "[%s] speculative decoding: %s, drafts of %d to %d tokens; a drafted token costs "
-        "%.2f of a one-token decode",
+        "%.2f of a one-token decode (%s)",
         config.served_name,
         how,
         max(1, config.draft_min),
         config.draft_max,
         cost,
+        "measured" if measured else "--draft-cost",
     )
     return SpeculativeConfig(config.spec_ngram_size_n, config.draft_max, config.draft_min, cost)
 

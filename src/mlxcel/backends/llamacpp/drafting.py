@@ -25,7 +25,7 @@ _memory_seq_rm = native.holding_gil("llama_memory_seq_rm")
 DRAFT_P_MIN = 0.75
 # Tokens in the decodes timed to measure a drafted token's cost: one, and one with a draft.
 _WIDE = 9
-_TIMINGS = 3
+_TIMINGS = 5
 
 DraftRequest = tuple[int, Sequence[int], int]
 """One sequence to draft for: its slot, its tokens so far (prompt and output, the last one
@@ -42,7 +42,7 @@ def decode(ctx: Any, batch: Any, n: int) -> None:
 
 def token_cost(ctx: Any, batch: Any, memory: Any, seq: int) -> float:
     """A decode's extra time per drafted token, as a share of a one-token decode: the least
-    process time of a few decodes of 1 and of `_WIDE` tokens with logits at every one (as
+    process time of a few decodes each of 1 and of `_WIDE` tokens with logits at every one (as
     verification asks), after a short prompt, on sequence `seq` (left empty)."""
     start = 32
     for i in range(start):
@@ -58,8 +58,10 @@ def token_cost(ctx: Any, batch: Any, memory: Any, seq: int) -> float:
         _memory_seq_rm(memory, seq, start, -1)
         return spent
 
-    narrow = min(timed(1) for _ in range(_TIMINGS))
-    wide = min(timed(_WIDE) for _ in range(_TIMINGS))
+    # Interleaved, so that a burst of load elsewhere slows both widths alike.
+    rounds = [(timed(1), timed(_WIDE)) for _ in range(_TIMINGS)]
+    narrow = min(one for one, _ in rounds)
+    wide = min(many for _, many in rounds)
     _memory_seq_rm(memory, seq, -1, -1)
     return max(0.0, wide - narrow) / ((_WIDE - 1) * max(narrow, 1e-6))
 
