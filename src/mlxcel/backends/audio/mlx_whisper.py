@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from mlxcel.backends.audio.decode import WHISPER_RATE
+from mlxcel.backends.audio.mlx_thread import MlxThread
 from mlxcel.backends.audio.transcript import (
     FALLBACK_TEMPERATURES,
     Segment,
@@ -21,7 +21,6 @@ from mlxcel.backends.audio.transcript import (
 )
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 
 # mlx-whisper keeps the model it transcribes with in one process-wide holder, and MLX runs on one
 # device: every MLX Whisper model in this process takes turns on this lock.
@@ -52,15 +51,12 @@ class MlxWhisperTranscriber:
 
     def __init__(self, path: Path) -> None:
         self._path = str(path)
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlx-whisper")
+        self._thread = MlxThread("mlx-whisper")
         try:
-            self._model, self._fp16 = self._call(self._load)
+            self._model, self._fp16 = self._thread.call(self._load)
         except BaseException:
-            self._shut()
+            self._thread.end()
             raise
-
-    def _call(self, function: Callable[[], T]) -> T:
-        return self._worker.submit(function).result()
 
     def _load(self) -> tuple[Any, bool]:
         import mlx.core as mx
@@ -82,7 +78,7 @@ class MlxWhisperTranscriber:
 
     def transcribe(self, job: TranscribeJob) -> Iterator[TranscriptInfo | Segment]:
         """The info, then the segments (mlx-whisper gives them all at the end)."""
-        result = self._call(lambda: self._transcribe(job))
+        result = self._thread.call(lambda: self._transcribe(job))
         duration = len(job.audio) / WHISPER_RATE
         # mlx-whisper reports the language it detected, not its probability.
         yield TranscriptInfo(str(result["language"]), 1.0, duration)
@@ -123,8 +119,8 @@ class MlxWhisperTranscriber:
 
     def close(self) -> None:
         """Drop the model, from mlx-whisper's holder too, and end the worker thread."""
-        self._call(self._release)
-        self._shut()
+        self._thread.call(self._release)
+        self._thread.end()
 
     def _release(self) -> None:
         from mlx_whisper.transcribe import ModelHolder
@@ -133,12 +129,6 @@ class MlxWhisperTranscriber:
             if ModelHolder.model is self._model:
                 ModelHolder.model, ModelHolder.model_path = None, None
         self._model = None
-
-    def _shut(self) -> None:
-        import mlx.core as mx
-
-        self._worker.submit(mx.clear_streams).result()
-        self._worker.shutdown(wait=True)
 
 
 def _word(word: dict[str, Any]) -> Word:
