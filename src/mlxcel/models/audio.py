@@ -105,17 +105,45 @@ def side_model(kind: str, source: str, threads: int) -> ModelConfig:
 
 
 def unknown_audio_source(kind: str, source: str) -> str | None:
-    """Why a side model's source is neither a packaged name nor a folder, or None."""
+    """Why a side model's source is not one this server reads (a speech model's, read to the
+    engine it would run on: a graph without its voices file is refused here), or None."""
     names = {"transcription": TRANSCRIPTION_NAMES, "speech": (HIBARI,)}[kind]
-    if source in ("default", *names) or Path(source).is_dir():
+    if source in ("default", *names):
+        return None
+    if kind == "speech":
+        try:
+            speech_engine(Path(source))
+        except ValueError as exc:
+            return str(exc)
+        return None
+    if Path(source).is_dir():
         return None
     return f"not a folder, nor one of the packaged models: default, {', '.join(names)}"
+
+
+def speech_engine(source: Path) -> str:
+    """The engine of a speech model: hibari for the packaged names, kokoro-onnx for a Kokoro
+    ONNX graph with its voices file, mlx-audio for an MLX Kokoro folder; else ValueError."""
+    from mlxcel.backends.audio.kokoro_onnx import kokoro_onnx_files
+    from mlxcel.backends.audio.mlx_kokoro import mlx_kokoro_voices
+
+    if str(source) in ("default", HIBARI):
+        return HIBARI
+    if kokoro_onnx_files(source) is not None:
+        return "kokoro-onnx"
+    if mlx_kokoro_voices(source) is not None:
+        return "mlx-audio"
+    raise ValueError(
+        f"{source} is not a speech model this server reads: default, hibari, a Kokoro ONNX "
+        "model (a .onnx graph beside its voices-v1.0.bin) or an MLX Kokoro folder "
+        "(config.json, safetensors weights, voices/)"
+    )
 
 
 def engine_label(config: ModelConfig) -> str:
     """The engine that serves an audio model, as /v1/models names it."""
     if config.kind != "transcription":
-        return "hibari"
+        return speech_engine(config.model)
     from mlxcel.backends.audio.mlx_whisper import is_mlx_whisper
 
     mlx = is_mlx_whisper(packaged_transcription(str(config.model)) or config.model)
@@ -148,10 +176,19 @@ def open_transcriber(source: Path, threads: int, parallel: int) -> Transcriber:
     return FasterWhisperTranscriber(path, WhisperOptions(threads=threads, parallel=parallel))
 
 
-def open_synthesizer(source: Path) -> Synthesizer:
-    """The engine for a speech model: hibari's voices for `default` or `hibari`."""
+def open_synthesizer(source: Path, threads: int, parallel: int) -> Synthesizer:
+    """The engine for a speech model (speech_engine says which); a Kokoro ONNX session runs
+    each of its `parallel` requests on an equal share of the threads."""
     from mlxcel.backends.audio.hibari_voice import HibariSynthesizer
+    from mlxcel.backends.audio.kokoro_onnx import KokoroOnnxSynthesizer, kokoro_onnx_files
+    from mlxcel.backends.audio.mlx_kokoro import MlxKokoroSynthesizer
 
-    if str(source) not in ("default", HIBARI):
-        raise ValueError(f"{source} is not a speech model this server reads: use default or hibari")
-    return HibariSynthesizer()
+    engine = speech_engine(source)
+    if engine == HIBARI:
+        return HibariSynthesizer()
+    files = kokoro_onnx_files(source)
+    if files is not None:
+        return KokoroOnnxSynthesizer(files, threads=max(1, threads // parallel))
+    if importlib.util.find_spec("mlx_audio") is None:
+        raise ValueError(f"{source} is an MLX Kokoro model: pip install 'mlxcel[mlx-audio]'")
+    return MlxKokoroSynthesizer(source)

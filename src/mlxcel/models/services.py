@@ -215,7 +215,7 @@ def open_model_service(
     if config.kind == "transcription":
         return TranscriptionService(open_transcriber(config.model, config.threads, config.parallel))
     if config.kind == "speech":
-        return SpeechService(open_synthesizer(config.model))
+        return SpeechService(open_synthesizer(config.model, config.threads, config.parallel))
     options = EncoderOptions(
         config.threads, config.embedding_batch_tokens, config.ctx_size, config.embedding_engine
     )
