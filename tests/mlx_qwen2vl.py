@@ -75,12 +75,9 @@ def _config(vocab: int, ids: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def build_qwen2vl_model(target: Path, seed: int = 0) -> Path:
-    """Write the tiny Qwen2-VL (vision tower, merger, the tiny Qwen2 text model) into `target`."""
-    import mlx.core as mx
-    from mlx.utils import tree_flatten
-    from mlx_vlm.models.qwen2_vl import Model, ModelConfig, TextConfig, VisionConfig
-
+def write_qwen2vl_files(target: Path) -> dict[str, Any]:
+    """Write the tiny Qwen2-VL's tokenizer, processor, config and generation config into
+    `target` (every file but the weights); its config."""
     target.mkdir(parents=True, exist_ok=True)
     tokenizer = _train_tokenizer()
     tokenizer.add_special_tokens(VISION_TOKENS)
@@ -108,6 +105,16 @@ def build_qwen2vl_model(target: Path, seed: int = 0) -> Path:
     )
     eos = [tokenizer.token_to_id("<|im_end|>"), tokenizer.token_to_id("<|endoftext|>")]
     _write_json(target / "generation_config.json", {"eos_token_id": eos})
+    return config
+
+
+def build_qwen2vl_model(target: Path, seed: int = 0) -> Path:
+    """Write the tiny Qwen2-VL (vision tower, merger, the tiny Qwen2 text model) into `target`."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+    from mlx_vlm.models.qwen2_vl import Model, ModelConfig, TextConfig, VisionConfig
+
+    config = write_qwen2vl_files(target)
     mx.random.seed(seed)
     model_config = ModelConfig.from_dict(dict(config))
     model_config.text_config = TextConfig.from_dict(model_config.text_config)

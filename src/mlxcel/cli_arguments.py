@@ -52,7 +52,8 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         choices=defaults.BACKENDS,
         default=defaults.DEFAULT_BACKEND,
         help="engine: auto is llama.cpp for a .gguf file and MLX for a model directory or "
-        "hub id (default: %(default)s)",
+        "hub id; transformers serves a Hugging Face vision-language folder (Qwen2-VL, "
+        "Qwen2.5-VL) on torch (default: %(default)s)",
     )
     add("--host", default=defaults.DEFAULT_HOST, help="address to listen on (default: %(default)s)")
     add(

@@ -39,7 +39,7 @@ DEFAULT_IMAGE_URL_TTL = 3600.0
 DEFAULT_IMAGE_URL_MAX_MIB = 256
 DEFAULT_LOG_LEVEL = "info"
 DEFAULT_BACKEND = "auto"
-BACKENDS = ("auto", "llamacpp", "mlx")
+BACKENDS = ("auto", "llamacpp", "mlx", "transformers")
 # llama.cpp's KV cache data types (-ctk/-ctv), by ggml's names; f16 is its default.
 KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 DEFAULT_KV_CACHE_TYPE = "f16"

@@ -30,8 +30,11 @@ ENCODER_KINDS = frozenset({"embedding", "rerank"})
 
 
 def choose_backend(model: Path, requested: str) -> str:
-    """llama.cpp for a .gguf file, MLX for a model directory; `requested` may only agree."""
+    """llama.cpp for a .gguf file, MLX for a model directory (transformers too, for a vision
+    folder, when asked for); `requested` may only agree."""
     natural = "mlx" if model.is_dir() else "llamacpp"
+    if requested == "transformers" and natural == "mlx":
+        return requested
     if requested not in ("auto", natural):
         kind = "a model directory" if natural == "mlx" else "a GGUF file"
         raise ValueError(
@@ -53,7 +56,8 @@ def backend_label(config: ModelConfig) -> str:
             if config.model.is_file()
             else folder_engine(config.embedding_engine, config.model, config.kind == "rerank")
         )
-    return "mlx" if choose_backend(config.model, config.backend) == "mlx" else "llama.cpp"
+    backend = choose_backend(config.model, config.backend)
+    return "llama.cpp" if backend == "llamacpp" else backend
 
 
 def _open_llamacpp(config: ModelConfig) -> TextGenerator:
@@ -105,6 +109,25 @@ def _open_mlx(config: ModelConfig) -> TextGenerator:
         return MlxGenerator(config.model, options)
 
 
+def _open_transformers(config: ModelConfig) -> TextGenerator:
+    from mlxcel.backends.transformers import TransformersOptions, TransformersVisionGenerator
+
+    if config.kind != "vision":
+        raise ValueError(
+            f"{config.model}: the transformers backend serves vision-language folders "
+            "(kind: vision); serve a text model on MLX or as a GGUF"
+        )
+    options = TransformersOptions(
+        config.ctx_size, config.parallel, config.batch_size, config.threads
+    )
+    logger.info("loading %s with transformers (%d threads)", config.model, config.threads)
+    with progress(f"loading {config.model.name}"):
+        return TransformersVisionGenerator(config.model, options)
+
+
+_OPENERS = {"mlx": _open_mlx, "llamacpp": _open_llamacpp, "transformers": _open_transformers}
+
+
 @dataclass
 class TextEngine:
     """A text model's engine, in its worker process: the generator, the scheduler that owns
@@ -128,7 +151,7 @@ def load_text_engine(config: ModelConfig, metrics: RecordsMetrics) -> TextEngine
     """Load a text or vision model on the backend its format calls for, and start its engine
     (in the model's worker process)."""
     backend = choose_backend(config.model, config.backend)
-    generator = _open_mlx(config) if backend == "mlx" else _open_llamacpp(config)
+    generator = _OPENERS[backend](config)
     try:
         if config.warmup:
             with progress("warming up"):

@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 
 # The package whose version names each backend's engine in the fingerprint.
-_ENGINE_PACKAGES = {"llama.cpp": "llama-cpp-python", "mlx": "mlx"}
+_ENGINE_PACKAGES = {"llama.cpp": "llama-cpp-python", "mlx": "mlx", "transformers": "transformers"}
 
 
 def _installed(package: str) -> str:
