@@ -75,9 +75,10 @@ def _config(vocab: int, ids: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def write_qwen2vl_files(target: Path) -> dict[str, Any]:
-    """Write the tiny Qwen2-VL's tokenizer, processor, config and generation config into
-    `target` (every file but the weights); its config."""
+def write_folder(target: Path, make_config: Any, patch: int) -> dict[str, Any]:
+    """Write a tiny Qwen-VL folder: the tiny tokenizer with the vision tokens, the config
+    `make_config(vocab, ids)` makes, the image processor's config (`patch`-pixel patches);
+    return the config. The weights are the caller's (`save_weights`)."""
     target.mkdir(parents=True, exist_ok=True)
     tokenizer = _train_tokenizer()
     tokenizer.add_special_tokens(VISION_TOKENS)
@@ -87,7 +88,7 @@ def write_qwen2vl_files(target: Path) -> dict[str, Any]:
     for token, token_id in ids.items():
         tokenizer_config["added_tokens_decoder"][str(token_id)] = added_token(token)
     _write_json(target / "tokenizer_config.json", tokenizer_config)
-    config = _config(tokenizer.get_vocab_size(), ids)
+    config: dict[str, Any] = make_config(tokenizer.get_vocab_size(), ids)
     _write_json(target / "config.json", config)
     _write_json(
         target / "preprocessor_config.json",
@@ -96,7 +97,7 @@ def write_qwen2vl_files(target: Path) -> dict[str, Any]:
             "min_pixels": MIN_PIXELS,
             "max_pixels": MAX_PIXELS,
             "size": {"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS},
-            "patch_size": PATCH,
+            "patch_size": patch,
             "merge_size": MERGE,
             "temporal_patch_size": 2,
             "image_mean": [0.5, 0.5, 0.5],
@@ -108,10 +109,25 @@ def write_qwen2vl_files(target: Path) -> dict[str, Any]:
     return config
 
 
+def save_weights(target: Path, model: Any) -> Path:
+    """The model's random weights as model.safetensors in `target`, in mlx-vlm's format."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    weights = dict(tree_flatten(model.parameters()))
+    mx.save_safetensors(str(target / "model.safetensors"), weights, {"format": "mlx"})
+    return target
+
+
+def write_qwen2vl_files(target: Path) -> dict[str, Any]:
+    """Write the tiny Qwen2-VL's tokenizer, processor, config and generation config into
+    `target` (every file but the weights); its config."""
+    return write_folder(target, _config, PATCH)
+
+
 def build_qwen2vl_model(target: Path, seed: int = 0) -> Path:
     """Write the tiny Qwen2-VL (vision tower, merger, the tiny Qwen2 text model) into `target`."""
     import mlx.core as mx
-    from mlx.utils import tree_flatten
     from mlx_vlm.models.qwen2_vl import Model, ModelConfig, TextConfig, VisionConfig
 
     config = write_qwen2vl_files(target)
@@ -119,7 +135,4 @@ def build_qwen2vl_model(target: Path, seed: int = 0) -> Path:
     model_config = ModelConfig.from_dict(dict(config))
     model_config.text_config = TextConfig.from_dict(model_config.text_config)
     model_config.vision_config = VisionConfig.from_dict(config["vision_config"])
-    model = Model(model_config)
-    weights = dict(tree_flatten(model.parameters()))
-    mx.save_safetensors(str(target / "model.safetensors"), weights, {"format": "mlx"})
-    return target
+    return save_weights(target, Model(model_config))

@@ -152,14 +152,20 @@ def test_streaming_and_concurrent_requests_match(qwen2vl: ServerProcess) -> None
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
     # Two sequences whose positions run apart decode as rows of one batch.
-    alone = {picture: logprobs(ask(client, picture)) for picture in (WIDE, OTHER)}
+    alone, together = alone_and_together(client, WIDE, OTHER)
+    assert together == alone
+
+
+def alone_and_together(client: openai.OpenAI, *pictures: bytes) -> tuple[Any, Any]:
+    """Each picture's answer (`logprobs`) asked alone, then all of them asked at once."""
+    alone = {picture: logprobs(ask(client, picture)) for picture in pictures}
     together: dict[bytes, Any] = {}
     threads = [
         threading.Thread(target=lambda p=p: together.update({p: logprobs(ask(client, p))}))
-        for p in (WIDE, OTHER)
+        for p in pictures
     ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert together == alone
+    return alone, together

@@ -116,7 +116,9 @@ class MediaSpan:
 
     start: int
     embeddings: np.ndarray = field(compare=False, repr=False)
-    """float32, one row per token of the image, the model's embedding width."""
+    """float32, one row per token of the image, the model's embedding width; on a model whose
+    first layers add the image's features again (Qwen3-VL's deepstack), [tokens, 1 + those
+    layers, width]."""
     digest: str
     mrope: MropePositions | None = field(default=None, compare=False, repr=False)
     """Its M-RoPE positions, on a model that places media on a grid (Qwen2-VL); None: its

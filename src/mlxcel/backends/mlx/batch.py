@@ -136,15 +136,14 @@ def run(
     inputs: mx.array,
     cache: list[Any],
     positions: mx.array | None = None,
-    embeddings: mx.array | None = None,
+    embedded: Mapping[str, Any] | None = None,
 ) -> mx.array:
-    """The model's logits for `inputs` ([rows, tokens]) over `cache`; position ids and input
-    embeddings passed only where given (mlx-lm's text models take neither)."""
-    extra: dict[str, mx.array] = {}
+    """The model's logits for `inputs` ([rows, tokens]) over `cache`; position ids and the
+    inputs of embedded tokens (input embeddings, a vision model's `embed`) passed only where
+    given (mlx-lm's text models take neither)."""
+    extra: dict[str, Any] = dict(embedded or {})
     if positions is not None:
         extra["position_ids"] = positions
-    if embeddings is not None:
-        extra["inputs_embeds"] = embeddings
     logits: mx.array = model(inputs, cache=cache, **extra)
     return logits
 

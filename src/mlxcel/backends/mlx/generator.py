@@ -360,8 +360,8 @@ class MlxGenerator:
     ) -> None:
         """Evaluate `tokens` into the KV cache only; MLX's lazy graph skips their logits.
         The images among them (offset, rows) are evaluated from their embedding rows."""
-        embeddings = self._model.embed(tokens, media) if media else None
-        run(self._model, mx.array(tokens)[None], cache, positions, embeddings)
+        embedded = self._model.embed(tokens, media) if media else None
+        run(self._model, mx.array(tokens)[None], cache, positions, embedded)
         mx.eval([layer.state for layer in cache])
 
     def warm_up(self) -> None:

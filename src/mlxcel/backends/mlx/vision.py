@@ -26,9 +26,8 @@ from mlxcel.media.images import MEDIA_MARKER, Image
 logger = logging.getLogger(__name__)
 
 # The M-RoPE models whose language model takes the prompt as input embeddings and position
-# ids alone; Qwen3-VL also feeds vision features into its first layers (deepstack), which this
-# path does not carry.
-_MROPE_FAMILIES = ("qwen2_vl", "qwen2_5_vl")
+# ids (Qwen3-VL also the vision features its first layers add at the image's tokens).
+_MROPE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 
 
 class VisionLanguageModel:
@@ -46,41 +45,50 @@ class VisionLanguageModel:
     def layers(self) -> Any:
         return self._language.layers
 
-    def __call__(
-        self,
-        inputs: mx.array,
-        cache: Any = None,
-        inputs_embeds: mx.array | None = None,
-        position_ids: mx.array | None = None,
-    ) -> mx.array:
-        extra = {} if position_ids is None else {"position_ids": position_ids}
-        out = self._language(inputs, cache=cache, inputs_embeds=inputs_embeds, **extra)
-        logits: mx.array = out.logits
+    def __call__(self, inputs: mx.array, cache: Any = None, **extra: Any) -> mx.array:
+        """Logits; `extra`: position ids and what `embed` made, where given."""
+        logits: mx.array = self._language(inputs, cache=cache, **extra).logits
         return logits
 
-    def prompt_embeddings(self, inputs: dict[str, Any]) -> mx.array:
-        """The whole prompt's input embeddings, images merged in, from the processor's output."""
+    def prompt_embeddings(self, inputs: dict[str, Any]) -> tuple[mx.array, list[mx.array]]:
+        """The whole prompt's input embeddings ([tokens, width]), images merged in, from the
+        processor's output; and the deepstack features ([image tokens, width] a layer) a
+        Qwen3-VL adds into its first layers at the image tokens, in prompt order."""
         # Processors answer in lists, NumPy or MLX arrays, whichever transformers left them in.
         arrays = {
             key: mx.array(np.asarray(value)) if isinstance(value, list | np.ndarray) else value
             for key, value in inputs.items()
         }
         features = self._model.get_input_embeddings(**arrays)
-        embeddings: mx.array = features.inputs_embeds
-        return embeddings
+        deepstack = getattr(features, "deepstack_visual_embeds", None)
+        return features.inputs_embeds[0], list(deepstack or ())
 
-    def embed(self, tokens: Sequence[int], media: Sequence[tuple[int, np.ndarray]]) -> mx.array:
-        """Input embeddings for `tokens` ([1, n, width]): each image's rows where it sits."""
+    def embed(
+        self, tokens: Sequence[int], media: Sequence[tuple[int, np.ndarray]]
+    ) -> dict[str, Any]:
+        """The language model's inputs for `tokens` besides their ids: input embeddings
+        ([1, n, width]) with each image's rows where it sits; rows of [tokens, 1 + layers,
+        width] also bring their deepstack features and the mask of where they go."""
         # An image's positions hold placeholder ids (negative): embedded as token 0, replaced.
         ids = mx.array([max(token, 0) for token in tokens])[None]
         text: mx.array = self._model.get_input_embeddings(ids).inputs_embeds
         parts = []
         pos = 0
         for offset, rows in media:
-            parts += [text[:, pos:offset], mx.array(rows).astype(text.dtype)[None]]
+            first = rows[:, 0] if rows.ndim == 3 else rows
+            parts += [text[:, pos:offset], mx.array(first).astype(text.dtype)[None]]
             pos = offset + len(rows)
         parts.append(text[:, pos:])
-        return mx.concatenate(parts, axis=1)
+        inputs: dict[str, Any] = {"inputs_embeds": mx.concatenate(parts, axis=1)}
+        stacked = [rows[:, 1:] for _, rows in media if rows.ndim == 3]
+        if stacked:
+            mask = np.zeros((1, len(tokens)), bool)
+            for offset, rows in media:
+                mask[0, offset : offset + len(rows)] = rows.ndim == 3
+            layers = mx.array(np.concatenate(stacked)).astype(text.dtype)
+            inputs["visual_pos_masks"] = mx.array(mask)
+            inputs["deepstack_visual_embeds"] = [layers[:, i] for i in range(layers.shape[1])]
+        return inputs
 
 
 def _image_runs(ids: np.ndarray, image_token: int, n_images: int) -> list[np.ndarray]:
@@ -105,9 +113,10 @@ class MlxVisionGenerator(MlxGenerator):
     tower's embeddings (Feed.media), its text and every decode step as on a text model.
 
     Positions run one after another through images and text alike, except on a model with
-    M-RoPE positions (the Qwen2-VL family): there each image lies on its grid (mrope.py) and
-    every prompt chunk and decode step passes the model its position ids, the slot's jumps
-    mapping token indices to positions. Such a model keeps no host-memory prompt cache.
+    M-RoPE positions (the Qwen2-VL and Qwen3-VL families): there each image lies on its grid
+    (mrope.py) and every prompt chunk and decode step passes the model its position ids, the
+    slot's jumps mapping token indices to positions. Such a model keeps no host-memory prompt
+    cache. Qwen3-VL's deepstack features ride in an image's rows (`embed`).
     """
 
     def __init__(self, path: Path, options: MlxOptions) -> None:
@@ -227,9 +236,16 @@ class MlxVisionGenerator(MlxGenerator):
         kept = [self._image_rows.get(key) for key in keys]
         if all(rows is not None for rows in kept):
             return [rows for rows in kept if rows is not None]
-        merged = self._model.prompt_embeddings(inputs)[0].astype(mx.float32)
-        mx.eval(merged)
-        embedded = [np.array(merged[int(run[0]) : int(run[-1]) + 1]) for run in runs]
+        merged, deepstack = self._model.prompt_embeddings(inputs)
+        mx.eval(merged, deepstack)
+        embedded, done = [], 0
+        for run in runs:
+            rows = merged[int(run[0]) : int(run[-1]) + 1]
+            if deepstack:
+                # Each token's row, then its deepstack rows: [tokens, 1 + layers, width].
+                rows = mx.stack([rows] + [layer[done : done + len(run)] for layer in deepstack], 1)
+            embedded.append(np.array(rows.astype(mx.float32)))
+            done += len(run)
         for key, rows in zip(keys, embedded, strict=True):
             self._image_rows.put(key, rows)
         return embedded
