@@ -59,7 +59,7 @@ def test_every_cache_kind_comes_back_exactly_and_in_its_bytes() -> None:
     mixed = CacheList(_filled(KVCache(), 6, mx.float32), ArraysCache(1))
     layers = [cache for cache, _ in caches] + [recurrent, mixed]
     data = to_bytes(layers, list(range(35)))
-    restored, tokens = from_bytes(data)
+    restored, tokens, _, _ = from_bytes(data)
     assert tokens == list(range(35))
     assert [type(layer) for layer in restored] == [type(layer) for layer in layers]
     for (original, dtype), copy in zip(caches, restored, strict=False):

@@ -13,13 +13,16 @@ from __future__ import annotations
 import io
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
+import openai
 import pytest
 from PIL import Image
 
 from tests.conftest import applied_prompt, serving
+from tests.media_util import data_uri
 from tests.mlx_qwen2vl import grid
 from tests.mlx_qwen3vl import build_qwen3vl_model
 from tests.server_process import ServerProcess
@@ -115,3 +118,41 @@ def test_greedy_answer_is_mlx_vlms_generate(qwen3vl: ServerProcess, model_dir: P
 def test_alone_and_batched_answers_match(qwen3vl: ServerProcess) -> None:
     alone, together = alone_and_together(qwen3vl.openai(), WIDE, TALL)
     assert together == alone
+
+
+def _picture_then(client: openai.OpenAI, picture: bytes, text: str, **extra: Any) -> Any:
+    """A greedy answer to the picture followed by `text` (`extra`: llama-server's fields)."""
+    image = {"type": "image_url", "image_url": {"url": data_uri(picture)}}
+    messages = [{"role": "user", "content": [image, {"type": "text", "text": text}]}]
+    return client.chat.completions.create(
+        model="m", messages=messages, max_tokens=4, temperature=0, logprobs=True, top_logprobs=3,
+        extra_body=extra,
+    )  # fmt: skip
+
+
+def _split(answer: Any) -> tuple[list[list[str]], list[list[float]]]:
+    """Each step's top tokens, and their log-probabilities."""
+    steps = logprobs(answer)
+    return [[t for t, _ in step] for step in steps], [[v for _, v in step] for step in steps]
+
+
+def test_a_prefix_with_an_image_comes_back_from_the_prompt_cache(qwen3vl: ServerProcess) -> None:
+    client = qwen3vl.openai()
+    loads = qwen3vl.metric("mlxcel_prompt_cache_ram_loads_total")
+    first = _picture_then(client, WIDE, "Tell me about the river and the old king:", id_slot=0)
+    # Another image in the same slot: the first prompt's state (past the image's start) is
+    # saved to host memory.
+    _picture_then(client, OTHER, "Tell me about the river and the old king:", id_slot=0)
+    cached = _picture_then(client, WIDE, "Tell me about the river and the dragon:", id_slot=1)
+    assert qwen3vl.metric("mlxcel_prompt_cache_ram_loads_total") == loads + 1
+    reused = cached.usage.prompt_tokens_details.cached_tokens
+    # The template's opening, the image between its start and end tokens, the shared words.
+    assert reused > 8 + 2 and reused < first.usage.prompt_tokens
+    assert cached.model_extra["timings"]["cache_n"] == reused
+    fresh = _picture_then(
+        client, WIDE, "Tell me about the river and the dragon:", id_slot=1, cache_prompt=False
+    )
+    assert fresh.usage.prompt_tokens_details.cached_tokens == 0
+    # The tokens after the image continue at its grid's positions: the same answer.
+    (tokens, values), (fresh_tokens, fresh_values) = _split(cached), _split(fresh)
+    assert tokens == fresh_tokens and np.allclose(values, fresh_values, atol=1e-4)

@@ -266,7 +266,8 @@ class MlxGenerator:
         return self._call(self._save_state, slot)
 
     def _save_state(self, slot: int) -> bytes:
-        return to_bytes(self._own_cache(slot), self._slots[slot].tokens)
+        state = self._slots[slot]
+        return to_bytes(self._own_cache(slot), state.tokens, state.media, state.jumps)
 
     def load_state(self, slot: int, data: bytes) -> bool:
         """Replace the slot's KV state with saved bytes; MLX caches grow, so it always fits."""
@@ -274,9 +275,9 @@ class MlxGenerator:
         return True
 
     def _load_state(self, slot: int, data: bytes) -> None:
-        cache, tokens = from_bytes(data)
+        cache, tokens, media, jumps = from_bytes(data)
         self._forget(slot)
-        self._slots[slot] = Slot(cache, tokens)
+        self._slots[slot] = Slot(cache, tokens, media=media, jumps=jumps)
 
     def close_slot(self, slot: int) -> None:
         self._call(self._drop_sampler, slot)

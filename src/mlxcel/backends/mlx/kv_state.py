@@ -1,4 +1,6 @@
-"""A slot's KV cache and the tokens it holds as bytes (the host-memory prompt cache), and back.
+"""A slot's KV cache and the tokens it holds as bytes (the host-memory prompt cache), and back;
+with the embedding rows of the images among them and, after M-RoPE images, where its positions
+stop being token indices (without those the next tokens would sit at the wrong positions).
 
 The bytes are a safetensors file: the layers' arrays in their own dtype (bf16 included), and
 in its metadata each layer's cache kind with its state, an array standing there as its key.
@@ -8,10 +10,11 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
-from typing import Any, cast
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple, cast
 
 import mlx.core as mx
+import numpy as np
 from mlx_lm.models.cache import (
     ArraysCache,
     CacheList,
@@ -19,6 +22,8 @@ from mlx_lm.models.cache import (
     KVCache,
     RotatingKVCache,
 )
+
+from mlxcel.engine.positions import Jumps
 
 # The cache kinds the models build whose `state` holds only arrays, numbers, strings and None,
 # and whose `from_state` rebuilds them from it.
@@ -28,6 +33,8 @@ _KINDS: dict[str, type[Any]] = {
 }
 _TOKENS = "tokens"
 _LAYERS = "layers"
+_JUMPS = "jumps"
+_MEDIA = "media."
 
 
 def _layers(cache: list[Any]) -> Iterator[Any]:
@@ -83,19 +90,38 @@ def _decode(value: Any, arrays: dict[str, mx.array]) -> Any:
     return value
 
 
-def to_bytes(cache: list[Any], tokens: list[int]) -> bytes:
-    """The cache's state and the tokens it holds; raises TypeError for a kind not saveable."""
+class SavedState(NamedTuple):
+    """What `from_bytes` gives back."""
+
+    cache: list[Any]
+    tokens: list[int]
+    media: dict[int, np.ndarray]
+    jumps: Jumps
+
+
+def to_bytes(
+    cache: list[Any],
+    tokens: list[int],
+    media: Mapping[int, np.ndarray] | None = None,
+    jumps: Jumps | None = None,
+) -> bytes:
+    """The cache's state, the tokens it holds, the rows of the images among them (by their
+    first token's index) and its jumps; raises TypeError for a kind not saveable."""
     if missing := unsaveable(cache):
         raise TypeError(f"cannot save the state of {', '.join(missing)}")
-    arrays: dict[str, mx.array] = {_TOKENS: mx.array(tokens, dtype=mx.int32)}
+    arrays: dict[str, mx.array] = {
+        _TOKENS: mx.array(tokens, dtype=mx.int32),
+        _JUMPS: mx.array(np.frombuffer((jumps or Jumps()).to_bytes(), np.uint8)),
+    }
+    arrays.update({f"{_MEDIA}{start}": mx.array(rows) for start, rows in (media or {}).items()})
     layers = [(type(layer).__name__, _encode(_state(layer), arrays)) for layer in cache]
     buffer = io.BytesIO()
     mx.save_safetensors(buffer, arrays, {_LAYERS: json.dumps(layers)})
     return buffer.getvalue()
 
 
-def from_bytes(data: bytes) -> tuple[list[Any], list[int]]:
-    """The cache and its tokens back from `to_bytes`, evaluated."""
+def from_bytes(data: bytes) -> SavedState:
+    """The cache, its tokens, images and jumps back from `to_bytes`, evaluated."""
     loaded = mx.load(io.BytesIO(data), format="safetensors", return_metadata=True)
     arrays, metadata = cast(tuple[dict[str, mx.array], dict[str, str]], loaded)
     mx.eval(list(arrays.values()))
@@ -104,4 +130,10 @@ def from_bytes(data: bytes) -> tuple[list[Any], list[int]]:
         for kind, state in json.loads(metadata[_LAYERS])
     ]
     tokens = cast(list[int], arrays.pop(_TOKENS).tolist())
-    return cache, tokens
+    jumps, _ = Jumps.from_bytes(bytes(np.array(arrays.pop(_JUMPS))))
+    media = {
+        int(key.removeprefix(_MEDIA)): np.array(rows)
+        for key, rows in arrays.items()
+        if key.startswith(_MEDIA)
+    }
+    return SavedState(cache, tokens, media, jumps)

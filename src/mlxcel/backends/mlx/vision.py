@@ -4,7 +4,6 @@ vision tower embeds them, and the language model runs them as embedding rows in 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,6 @@ from mlxcel.engine.positions import MropePositions
 from mlxcel.engine.types import EngineError, Feed, MediaSpan
 from mlxcel.media.audio import Media
 from mlxcel.media.images import MEDIA_MARKER, Image
-
-logger = logging.getLogger(__name__)
 
 # The M-RoPE models whose language model takes the prompt as input embeddings and position
 # ids (Qwen3-VL also the vision features its first layers add at the image's tokens).
@@ -115,8 +112,9 @@ class MlxVisionGenerator(MlxGenerator):
     Positions run one after another through images and text alike, except on a model with
     M-RoPE positions (the Qwen2-VL and Qwen3-VL families): there each image lies on its grid
     (mrope.py) and every prompt chunk and decode step passes the model its position ids, the
-    slot's jumps mapping token indices to positions. Such a model keeps no host-memory prompt
-    cache. Qwen3-VL's deepstack features ride in an image's rows (`embed`).
+    slot's jumps mapping token indices to positions; a saved slot state (the host-memory
+    prompt cache) keeps its jumps. Qwen3-VL's deepstack features ride in an image's rows
+    (`embed`).
     """
 
     def __init__(self, path: Path, options: MlxOptions) -> None:
@@ -131,8 +129,6 @@ class MlxVisionGenerator(MlxGenerator):
             # A cache that cannot drop tokens is evaluated again for prefix reuse, which
             # knows no image's grid.
             raise ValueError(f"{path}: M-RoPE positions need plain KV caches on every layer")
-        self._can_save_state = False
-        logger.warning("M-RoPE positions are not saved: no host-memory prompt cache (--cache-ram)")
 
     def _open_model(self, path: Path) -> tuple[Any, dict[str, Any]]:
         config: dict[str, Any] = json.loads((path / "config.json").read_text())
