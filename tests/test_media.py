@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mlxcel.media.addresses import IPAddress, Resolver, refusal
-from mlxcel.media.images import Image, decode_recent
+from mlxcel.media.images import Image, decode_kept, recent, recent_key
 from mlxcel.media.loader import ImageRef, load_images
 from mlxcel.media.policy import MediaError, MediaLimits, MediaPolicy, parse_hosts
 from tests.media_util import MIME, bomb_png, data_uri, http_server, image_bytes
@@ -52,6 +52,13 @@ def names(table: dict[str, list[str]]) -> Resolver:
 def test_data_uri_of_every_format_decodes(fmt: str) -> None:
     (image,) = load([data_uri(image_bytes(fmt, (12, 8)), MIME[fmt])])
     assert (image.width, image.height, len(image.rgb)) == (12, 8, 12 * 8 * 3)
+
+
+def test_base64_wrapped_in_lines_decodes_as_the_same_image() -> None:
+    payload = data_uri(PNG).split(",", 1)[1]
+    wrapped = "\r\n".join(payload[i : i + 76] for i in range(0, len(payload), 76))
+    (image,) = load([f"data:image/png;base64,{wrapped}"])
+    assert image.digest == load([data_uri(PNG)])[0].digest
 
 
 def test_same_pixels_same_digest_other_pixels_other_digest() -> None:
@@ -94,11 +101,15 @@ def test_limits_each_refuse_with_their_flag() -> None:
     error = refused([data_uri(PNG), data_uri(PNG)], small)
     assert (error.code, error.param) == ("media_too_large", "image1")
     assert "(--media-max-bytes)" in error.message
-    error = refused([data_uri(image_bytes(size=(32, 32)))], small)
+    larger = data_uri(image_bytes(size=(32, 32)))
+    error = refused([larger], small)
     assert error.code == "image_too_large"
     assert error.message == (
         f"an image is larger than the limit of {len(PNG)} bytes (--media-max-image-bytes)"
     )
+    # Decoded once under a larger limit, the same URI is still too large under this one.
+    load([larger])
+    assert refused([larger], small).code == "image_too_large"
 
 
 def test_a_decompression_bomb_is_refused_before_decoding() -> None:
@@ -267,10 +278,22 @@ def test_local_files_only_inside_the_allowed_directory(tmp_path: Path) -> None:
         ), url
 
 
-def test_the_same_bytes_are_decoded_once_under_the_same_limit() -> None:
+def test_an_image_is_kept_under_its_source_and_pixel_limit() -> None:
     data = image_bytes(size=(20, 10), color=7)
-    first = decode_recent(data, 1000)
-    assert decode_recent(data, 1000) is first
+    key = recent_key(data, 1000)
+    assert recent(key) is None
+    first = decode_kept(key, lambda: data, 1000)
+    assert recent(key) == first == (first[0], len(data))
+    assert recent(recent_key(data, 100)) is None
     with pytest.raises(MediaError) as caught:
-        decode_recent(data, 100)
+        decode_kept(recent_key(data, 100), lambda: data, 100)
     assert caught.value.code == "image_too_many_pixels"
+
+
+def test_a_data_uri_sent_again_is_not_read_again() -> None:
+    """A data: URI is kept by its text: sent again, its base64 is not decoded again."""
+    uri = data_uri(image_bytes(size=(20, 10), color=9))
+    (first,) = load([uri])
+    assert recent(recent_key(uri.encode(), DEFAULT.limits.max_pixels)) is not None
+    (again,) = load([uri])
+    assert again is first

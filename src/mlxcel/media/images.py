@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from PIL import Image as PILImage
@@ -15,8 +16,9 @@ from mlxcel.media.recent import Recent
 # Where an image sits in a rendered prompt (libmtmd's default marker, which it is given).
 MEDIA_MARKER = "<__media__>"
 
-# Images decoded recently, by their encoded bytes' digest: a picture sent again (the next turn
-# of a conversation) is neither decoded nor hashed again. Bounded by count and pixel bytes.
+# Images decoded recently, by the digest of what they were read from (a data: URI's text, a
+# fetched body): a picture sent again (the next turn of a conversation) is neither read (a data:
+# URI's base64) nor decoded nor hashed again. Bounded by count and pixel bytes.
 RECENT_IMAGES = 16
 RECENT_BYTES = 64 * 1024 * 1024
 
@@ -39,21 +41,32 @@ class Image:
         return PILImage.frombytes("RGB", (self.width, self.height), self.rgb)
 
 
-def _rgb_bytes(image: Image) -> int:
-    return len(image.rgb)
+def _rgb_bytes(decoded: tuple[Image, int]) -> int:
+    return len(decoded[0].rgb)
 
 
-_recent: Recent[Image] = Recent(RECENT_IMAGES, RECENT_BYTES, _rgb_bytes)
+_recent: Recent[tuple[Image, int]] = Recent(RECENT_IMAGES, RECENT_BYTES, _rgb_bytes)
 
 
-def decode_recent(data: bytes, max_pixels: int, param: str | None = None) -> Image:
-    """`decode`, unless the same bytes were decoded recently (under the same pixel limit)."""
-    key = f"{max_pixels}:{hashlib.sha256(data).hexdigest()}"
-    image = _recent.get(key)
-    if image is None:
-        image = decode(data, max_pixels, param)
-        _recent.put(key, image)
-    return image
+def recent_key(source: bytes, max_pixels: int) -> str:
+    """What an image read from `source` (a data: URI's text, a fetched body) under a pixel
+    limit is kept by."""
+    return f"{max_pixels}:{hashlib.sha256(source).hexdigest()}"
+
+
+def recent(key: str) -> tuple[Image, int] | None:
+    """The image kept under `key`, and its encoded size in bytes, if one was decoded recently."""
+    return _recent.get(key)
+
+
+def decode_kept(
+    key: str, read: Callable[[], bytes], max_pixels: int, param: str | None = None
+) -> tuple[Image, int]:
+    """`decode` of the encoded image `read` returns, kept under `key` with its size in bytes."""
+    data = read()
+    decoded = decode(data, max_pixels, param), len(data)
+    _recent.put(key, decoded)
+    return decoded
 
 
 def decode(data: bytes, max_pixels: int, param: str | None = None) -> Image:

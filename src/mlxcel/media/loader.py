@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mlxcel.media.addresses import Resolver, resolve
-from mlxcel.media.images import Image, decode_recent
-from mlxcel.media.policy import MediaError, MediaPolicy
-from mlxcel.media.sources import image_bytes
+from mlxcel.media.images import Image, decode_kept, recent, recent_key
+from mlxcel.media.policy import MediaError, MediaLimits, MediaPolicy
+from mlxcel.media.sources import data_uri, image_bytes, is_data_uri
 
 
 @dataclass(frozen=True)
@@ -35,18 +35,11 @@ async def load_images(
     total = 0
     for ref in refs:
         try:
-            data = await image_bytes(ref.url, policy, limits.max_image_bytes, resolver)
+            image, size = await _load(ref, policy, resolver)
         except MediaError as exc:
             exc.param = exc.param or ref.param
             raise
-        if len(data) > limits.max_image_bytes:
-            raise MediaError(
-                f"an image is larger than the limit of {limits.max_image_bytes} bytes "
-                "(--media-max-image-bytes)",
-                "image_too_large",
-                ref.param,
-            )
-        total += len(data)
+        total += size
         if total > limits.max_total_bytes:
             raise MediaError(
                 f"the request's media come to more than the limit of {limits.max_total_bytes} "
@@ -54,5 +47,45 @@ async def load_images(
                 "media_too_large",
                 ref.param,
             )
-        images.append(await asyncio.to_thread(decode_recent, data, limits.max_pixels, ref.param))
+        images.append(image)
     return images
+
+
+async def _load(ref: ImageRef, policy: MediaPolicy, resolver: Resolver) -> tuple[Image, int]:
+    """One image and its encoded size. A data: URI is known by its text and decoded from
+    base64 on the thread that decodes its image: sent again, it is not even base64-decoded."""
+    limits = policy.limits
+    if is_data_uri(ref.url):
+        source = ref.url.encode("utf-8", "surrogatepass")
+
+        def read() -> bytes:
+            data = data_uri(ref.url)
+            _check_size(len(data), limits, ref.param)
+            return data
+
+    else:
+        source = await image_bytes(ref.url, policy, limits.max_image_bytes, resolver)
+        _check_size(len(source), limits, ref.param)
+
+        def read() -> bytes:
+            return source
+
+    key = recent_key(source, limits.max_pixels)
+    # A hash here on the event loop (quicker than reading the JSON that brought the image):
+    # a picture seen recently costs no hop to a thread and back.
+    loaded = recent(key)
+    if loaded is None:
+        loaded = await asyncio.to_thread(decode_kept, key, read, limits.max_pixels, ref.param)
+    # Kept from a request under the same pixel limit, maybe not under the same byte limit.
+    _check_size(loaded[1], limits, ref.param)
+    return loaded
+
+
+def _check_size(size: int, limits: MediaLimits, param: str | None) -> None:
+    if size > limits.max_image_bytes:
+        raise MediaError(
+            f"an image is larger than the limit of {limits.max_image_bytes} bytes "
+            "(--media-max-image-bytes)",
+            "image_too_large",
+            param,
+        )
