@@ -127,7 +127,9 @@ class DraftModel:
         for slot, tokens, _ in requests:
             if tokens:
                 self._catch_up(slot, tokens)
+        # In slot order, as the target's rows are (generator._decode_tokens says why).
         live = [i for i, (_, tokens, limit) in enumerate(requests) if limit > 0 and tokens]
+        live.sort(key=lambda i: requests[i][0])
         nexts = {i: requests[i][1][-1] for i in live}
         while live:
             for row, i in enumerate(live):

@@ -286,18 +286,25 @@ class LlamaCppGenerator:
         ]
 
     def _decode_tokens(self, feeds: Sequence[Feed]) -> list[int | None]:
-        """One llama_decode of every feed's tokens; the batch index each feed samples at."""
+        """One llama_decode of every feed's tokens; the batch index each feed samples at.
+
+        The rows go in slot order: with a KV stream per slot, llama.cpp cuts a batch into
+        micro-batches of consecutive sequence ids in the order the rows come (split_equal),
+        and each micro-batch is a pass over all the weights; 8 decoding slots in admission
+        order, say 3 0 1 2 7 4 5 6, took three passes where slot order takes one."""
         batch = self._batch
         n = 0
-        outputs: list[int | None] = []
-        for feed in feeds:
+        outputs: list[int | None] = [None] * len(feeds)
+        for k in sorted(range(len(feeds)), key=lambda k: feeds[k].slot):
+            feed = feeds[k]
             start = self._n_past[feed.slot]
             last = len(feed.tokens) - 1
             for i, token in enumerate((*feed.tokens, *feed.draft)):
                 native.put_token(batch, n, token, start + i, feed.slot, feed.sample and i >= last)
                 n += 1
             self._n_past[feed.slot] = start + len(feed.tokens)
-            outputs.append(n - 1 - len(feed.draft) if feed.sample else None)
+            if feed.sample:
+                outputs[k] = n - 1 - len(feed.draft)
         drafting.decode(self._ctx, batch, n)
         return outputs
 
