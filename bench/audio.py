@@ -7,7 +7,7 @@ Transcription real-time factor (audio seconds per wall second) through POST
 settings; 4 concurrent transcriptions through the server against the same 4 one after another
 (on the server, and in-process: the one-request-at-a-time peer, as whisper.cpp's server runs);
 speech synthesis real-time factor through POST /v1/audio/speech against the hibari engine
-in-process, and the time to the first audio byte when streaming. Prints each ratio.
+in-process (the best of 5 interleaved rounds each), and the time to the first audio byte when streaming. Prints each ratio.
 
 How 4 requests share the threads is chosen by the `strategies` lines, measured in-process in
 the same run: one worker with every thread taking them in turn (what the server does when
@@ -138,8 +138,9 @@ def main() -> None:
     local_stt = timed(lambda: [list(engine.transcribe(TranscribeJob(s))) for s in samples])
     engine.close()
     shares = strategies(packaged_transcription("default"), threads, samples)  # type: ignore[arg-type]
-    local_tts = timed(lambda: [list(voice.synthesize(SpeechJob(t, "heart"))) for t in TEXTS])
-    voice.close()
+
+    def local_tts() -> list[list[np.ndarray]]:
+        return [list(voice.synthesize(SpeechJob(t, "heart"))) for t in TEXTS]
 
     port = _free_port()
     command = [MLXCEL, "serve", "--port", str(port), "--transcription-model", "default"]
@@ -159,7 +160,10 @@ def main() -> None:
         served_stt = timed(lambda: [stt(w) for w in wavs])
         with ThreadPoolExecutor(len(wavs)) as pool:
             concurrent = timed(lambda: list(pool.map(stt, wavs)))
-        served_tts = timed(lambda: [tts(t) for t in TEXTS])
+        # Interleaved rounds, the best of each side: one pass of 4 clips is under a second.
+        rounds = [(timed(local_tts), timed(lambda: [tts(t) for t in TEXTS])) for _ in range(5)]
+        local_tts_s = min(local for local, _ in rounds)
+        served_tts = min(served for _, served in rounds)
         started = time.perf_counter()
         with client.audio.speech.with_streaming_response.create(
             model="tts-1", voice="heart", input=" ".join(TEXTS), response_format="mp3"
@@ -170,6 +174,7 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait()
+        voice.close()
 
     print(f"audio: {len(TEXTS)} clips, {seconds:.1f} s in all, {threads} threads")
     print(
@@ -188,8 +193,9 @@ def main() -> None:
         + f"; the server runs {default_parallel(threads)} worker(s)"
     )
     print(
-        f"speech RTF: server {seconds / served_tts:.1f}x, in-process {seconds / local_tts:.1f}x, "
-        f"ratio {local_tts / served_tts:.2f}; first audio byte streaming {first_byte * 1000:.0f} ms"
+        f"speech RTF (best of 5 interleaved rounds): server {seconds / served_tts:.1f}x, "
+        f"in-process {seconds / local_tts_s:.1f}x, ratio {local_tts_s / served_tts:.2f}; "
+        f"first audio byte streaming {first_byte * 1000:.0f} ms"
     )
 
 
