@@ -7,7 +7,8 @@ Transcription real-time factor (audio seconds per wall second) through POST
 settings; 4 concurrent transcriptions through the server against the same 4 one after another
 (on the server, and in-process: the one-request-at-a-time peer, as whisper.cpp's server runs);
 speech synthesis real-time factor through POST /v1/audio/speech against the hibari engine
-in-process (the best of 5 interleaved rounds each), and the time to the first audio byte when streaming. Prints each ratio.
+in-process (the best of 5 interleaved rounds each), and the time to the first audio byte
+when streaming. Prints each ratio.
 
 How 4 requests share the threads is chosen by the `strategies` lines, measured in-process in
 the same run: one worker with every thread taking them in turn (what the server does when
