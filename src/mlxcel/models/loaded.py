@@ -123,7 +123,7 @@ def served_model(config: ModelConfig, worker: Worker, facts: TextFacts) -> Loade
         config,
         worker,
         facts.backend,
-        remote_text_model(config, worker, facts),
+        remote_text_model(worker, facts),
         RemoteEngine(worker),
         facts.defaults,
         facts.chat_template,

@@ -1,9 +1,7 @@
 """A text-generation model across the process boundary, as the HTTP process serves it.
 
 `RemoteTextModel` answers what serving reads of the model from the facts its worker sent once
-(context, slots, the chat template); it tokenizes and detokenizes with a GGUF's vocabulary read
-in this process (`backends/llamacpp/vocab.py`), so a prompt costs no round trip to the worker
-before it is queued, and through calls for an MLX model; it embeds media through calls;
+(context, slots, the chat template) and tokenizes, detokenizes and embeds media through calls;
 `RemoteEngine.submit` returns a `RequestHandle` per sequence, fed by the worker's events, whose
 cancellation travels back. The worker's side is `models/text_service.py`.
 """
@@ -11,12 +9,9 @@ cancellation travels back. The worker's side is `models/text_service.py`.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
-from mlxcel.config import ModelConfig
 from mlxcel.engine.capabilities import FimTokens, KvCacheInfo
 from mlxcel.engine.handle import RequestHandle, ends
 from mlxcel.engine.sampling import SamplingDefaults
@@ -24,8 +19,6 @@ from mlxcel.engine.slots import SlotState
 from mlxcel.engine.types import ChatTemplate, EngineError, MediaSpan, SamplingParams, TokenEvent
 from mlxcel.media.audio import Media
 from mlxcel.models.remote import Worker, WorkerGone
-
-logger = logging.getLogger(__name__)
 
 # The engine error code of a request whose model's worker died under it (a 503).
 MODEL_UNAVAILABLE = "model_unavailable"
@@ -60,54 +53,12 @@ class TextFacts:
     """Samples per second the model's audio projector takes (None: it takes no audio)."""
 
 
-class Tokenizer(Protocol):
-    """A text model's tokenizer as the HTTP process uses it (any thread)."""
-
-    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
-        """Token ids for `text`."""
-        ...
-
-    def token_pieces(self, tokens: Sequence[int], *, special: bool = False) -> list[bytes]:
-        """The bytes each token stands for."""
-        ...
-
-
-class WorkerTokenizer:
-    """A model's tokenizer in its worker, one call per use."""
-
-    def __init__(self, worker: Worker) -> None:
-        self._worker = worker
-
-    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
-        tokens: list[int] = self._worker.call("tokenize", text, add_special, parse_special)
-        return tokens
-
-    def token_pieces(self, tokens: Sequence[int], *, special: bool = False) -> list[bytes]:
-        pieces: list[bytes] = self._worker.call("token_pieces", list(tokens), special)
-        return pieces
-
-
-def text_tokenizer(config: ModelConfig, worker: Worker, facts: TextFacts) -> Tokenizer:
-    """Where the HTTP process tokenizes for a loaded text model: a GGUF's vocabulary read here
-    (llama.cpp's tokenizer, the worker's own), else the worker."""
-    if facts.backend != "llama.cpp":
-        return WorkerTokenizer(worker)
-    from mlxcel.backends.llamacpp.vocab import VocabularyOnly
-
-    try:
-        return VocabularyOnly(config.model, verbose=config.verbose)
-    except ValueError as exc:
-        logger.warning("[%s] %s: tokenizing in its worker", config.served_name, exc)
-        return WorkerTokenizer(worker)
-
-
 class RemoteTextModel:
-    """`TextModel` for serving in the HTTP process: facts kept, tokenizing by `tokenizer`."""
+    """`TextModel` for serving in the HTTP process: facts kept, tokenizing by a call."""
 
-    def __init__(self, worker: Worker, facts: TextFacts, tokenizer: Tokenizer) -> None:
+    def __init__(self, worker: Worker, facts: TextFacts) -> None:
         self._worker = worker
         self._facts = facts
-        self._tokenizer = tokenizer
 
     @property
     def n_ctx_seq(self) -> int:
@@ -150,10 +101,12 @@ class RemoteTextModel:
         return self._facts.kv_cache
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
-        return self._tokenizer.tokenize(text, add_special=add_special, parse_special=parse_special)
+        tokens: list[int] = self._worker.call("tokenize", text, add_special, parse_special)
+        return tokens
 
     def token_pieces(self, tokens: Sequence[int], *, special: bool = False) -> list[bytes]:
-        return self._tokenizer.token_pieces(tokens, special=special)
+        pieces: list[bytes] = self._worker.call("token_pieces", list(tokens), special)
+        return pieces
 
 
 class RemoteFimModel(RemoteTextModel):
@@ -193,17 +146,14 @@ class RemoteFimMediaModel(RemoteFimModel, RemoteMediaModel):
     """A remote model with fill-in-the-middle tokens that also reads images or audio."""
 
 
-def remote_text_model(config: ModelConfig, worker: Worker, facts: TextFacts) -> RemoteTextModel:
+def remote_text_model(worker: Worker, facts: TextFacts) -> RemoteTextModel:
     """The serving side of a worker's text model."""
     fim, media = facts.fim_tokens is not None, facts.media_marker is not None
-    kind: type[RemoteTextModel] = RemoteTextModel
     if fim and media:
-        kind = RemoteFimMediaModel
-    elif media:
-        kind = RemoteMediaModel
-    elif fim:
-        kind = RemoteFimModel
-    return kind(worker, facts, text_tokenizer(config, worker, facts))
+        return RemoteFimMediaModel(worker, facts)
+    if media:
+        return RemoteMediaModel(worker, facts)
+    return RemoteFimModel(worker, facts) if fim else RemoteTextModel(worker, facts)
 
 
 def unavailable(error: WorkerGone) -> EngineError:

@@ -27,7 +27,6 @@ from mlxcel.backends.llamacpp.model import (
 )
 from mlxcel.backends.llamacpp.sampling import build_chain, sample_with_logprobs
 from mlxcel.backends.llamacpp.vision import Projector
-from mlxcel.backends.llamacpp.vocab import Vocabulary
 from mlxcel.engine.capabilities import FimTokens, KvCacheInfo
 from mlxcel.engine.positions import Jumps, MropePositions
 from mlxcel.engine.types import ChatTemplate, Feed, MediaSpan, Sample, SamplingParams
@@ -75,7 +74,7 @@ class LlamaCppGenerator:
         """Each slot's next KV position: its token count until an M-RoPE image."""
         self._jumps = [Jumps() for _ in range(options.parallel)]
         """Each slot's map from token index to position (they differ after M-RoPE images)."""
-        self._text = Vocabulary(self._vocab)
+        self._pieces: dict[int, bytes] = {}
         self._tokenizer: llguidance.LLTokenizer | None = None
         self._n_vocab = int(llama_cpp.llama_vocab_n_tokens(self._vocab))
         self._eog = tuple(
@@ -158,13 +157,21 @@ class LlamaCppGenerator:
         return self._projector.tokenize(text, media, self._max_feed)
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
-        return self._text.tokenize(text, add_special=add_special, parse_special=parse_special)
+        return native.tokenize(
+            self._vocab, text.encode(), add_special=add_special, parse_special=parse_special
+        )
 
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
-        return self._text.token_bytes(token, special=special)
+        if special:
+            return native.token_piece(self._vocab, token, special=True)
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = native.token_piece(self._vocab, token, special=False)
+            self._pieces[token] = piece
+        return piece
 
     def token_pieces(self, tokens: Sequence[int], *, special: bool = False) -> list[bytes]:
-        return self._text.token_pieces(tokens, special=special)
+        return [self.token_bytes(t, special=special) for t in tokens]
 
     def is_end_of_generation(self, token: int) -> bool:
         return token in self._eog_set
