@@ -98,16 +98,21 @@ class MlxGenerator:
         model, config = load_model(path)
         return model, config
 
-    def _load(self, path: Path, options: MlxOptions) -> None:
-        self._model, config = self._call(self._open_model, path)
-        tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
-        self._vocab = Vocabulary(tokenizer)
+    def _read_vocabulary(self, path: Path, options: MlxOptions, config: Mapping[str, Any]) -> None:
+        """The tokenizer, vocabulary, context per slot and chat template of the model folder
+        whose config.json holds `config`."""
+        eos = config_value(config, "eos_token_id")
+        self._vocab = Vocabulary(load_tokenizer(path, eos_token_ids=eos))
         self._n_vocab = int(config_value(config, "vocab_size") or self._vocab.size)
         n_ctx = options.ctx_size or config_value(config, "max_position_embeddings")
         if not n_ctx:
             raise ValueError(f"{path} does not say its context length: pass -c/--ctx-size")
         self._n_ctx_seq = int(n_ctx) // options.parallel
         self._chat_template = self._vocab.chat_template()
+
+    def _load(self, path: Path, options: MlxOptions) -> None:
+        self._model, config = self._call(self._open_model, path)
+        self._read_vocabulary(path, options, config)
         fresh = self._call(make_prompt_cache, self._model)
         blocking = unbatchable(fresh)
         self._rows: DecodeRows = SingleRows() if blocking else BatchedRows()

@@ -11,14 +11,12 @@ from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.utils import load_tokenizer
 from transformers import DynamicCache
 
-from mlxcel.backends.mlx.config import config_value, read_generation_config
+from mlxcel.backends.mlx.config import read_generation_config
 from mlxcel.backends.mlx.generator import MlxGenerator, MlxOptions, Slot
 from mlxcel.backends.mlx.mrope import chunk_positions, grid_positions
 from mlxcel.backends.mlx.sampling import sample_rows
-from mlxcel.backends.mlx.vocab import Vocabulary
 from mlxcel.backends.transformers.model import QwenVisionModel
 from mlxcel.engine.media import ImageRows
 from mlxcel.engine.types import EngineError, Feed, MediaSpan, Sample
@@ -54,15 +52,7 @@ class TransformersVisionGenerator(MlxGenerator):
 
     def _load(self, path: Path, options: MlxOptions) -> None:
         self._model = self._call(QwenVisionModel, path, self._threads)
-        config = self._model.config
-        tokenizer = load_tokenizer(path, eos_token_ids=config_value(config, "eos_token_id"))
-        self._vocab = Vocabulary(tokenizer)
-        self._n_vocab = int(config_value(config, "vocab_size") or self._vocab.size)
-        n_ctx = options.ctx_size or config_value(config, "max_position_embeddings")
-        if not n_ctx:
-            raise ValueError(f"{path} does not say its context length: pass -c/--ctx-size")
-        self._n_ctx_seq = int(n_ctx) // options.parallel
-        self._chat_template = self._vocab.chat_template()
+        self._read_vocabulary(path, options, self._model.config)
         self._generation_config = read_generation_config(path)
         self._can_save_state = False
 
