@@ -98,6 +98,13 @@ def test_on_demand_model_loads_once_for_concurrent_first_requests(multi: ServerP
     assert _listed(multi)["tiny"]["state"] == "loaded"
 
 
+def test_startup_models_load_side_by_side(multi: ServerProcess) -> None:
+    # Without a memory budget each startup model's worker starts at once: the second load
+    # begins before the first has finished.
+    log = multi.log()
+    assert log.index("loading model 'chat-b'") < log.index("loaded model 'chat-a'")
+
+
 def test_models_listed_with_aliases_capabilities_and_state(multi: ServerProcess) -> None:
     listed = multi.openai().models.list().data
     assert [m.id for m in listed] == ["chat-a", "chat-b", "tiny"]

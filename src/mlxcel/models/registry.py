@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
+from contextlib import nullcontext
 
 from mlxcel.config import ModelConfig
 from mlxcel.engine.metrics import EngineMetrics
@@ -170,7 +171,9 @@ class ModelRegistry:
     async def _load(self, entry: ModelEntry) -> str | None:
         entry.state = "loading"
         try:
-            async with self._load_lock:
+            # The memory budget is checked against what is loaded, so with one, loads take
+            # turns; without one, each model loads in its own worker at once.
+            async with self._load_lock if self._max_memory is not None else nullcontext():
                 await self._make_room(entry)
                 started = time.monotonic()
                 logger.info("loading model '%s'", entry.name)
@@ -305,10 +308,12 @@ class ModelRegistry:
         return None
 
     async def start_up(self) -> None:
-        """Load every model that is not on demand, in order; raise on the first failure."""
-        for entry in self._entries:
-            if not entry.config.on_demand:
-                await self._loaded(entry)
+        """Load every model that is not on demand (side by side unless a memory budget makes
+        them take turns); raise the first failure, in the order the models are given."""
+        loads = [self._loaded(e) for e in self._entries if not e.config.on_demand]
+        for outcome in await asyncio.gather(*loads, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     async def watch_idle(self) -> None:
         """Forever: unload each model idle for longer than its idle timeout (unless pinned)."""
