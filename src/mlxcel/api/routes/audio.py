@@ -11,6 +11,7 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.formparsers import MultiPartException
 
 from mlxcel.api.auth import require_api_key
+from mlxcel.api.body_check import CheckedJsonRoute
 from mlxcel.api.routes.text import unless_disconnected
 from mlxcel.api.sse import typed_event_stream
 from mlxcel.api.state import served_for
@@ -30,7 +31,7 @@ from mlxcel.serving.audio_transcription import (
 )
 from mlxcel.serving.errors import APIError, invalid_request
 
-router = APIRouter(dependencies=[Depends(require_api_key)])
+router = APIRouter(route_class=CheckedJsonRoute, dependencies=[Depends(require_api_key)])
 
 M = TypeVar("M", TranscriptionModel, SpeechModel)
 _TEXT_TYPES = {"text": "text/plain", "srt": "application/x-subrip", "vtt": "text/vtt"}

@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from mlxcel.api.auth import require_api_key
+from mlxcel.api.body_check import CheckedJsonRoute
 from mlxcel.api.state import encoder_for, invalid_model
 from mlxcel.models.loaded import LoadedEncoder
 from mlxcel.protocol.embeddings import EmbeddingRequest, NativeEmbeddingRequest, RerankRequest
@@ -17,7 +18,7 @@ from mlxcel.serving.embeddings import embeddings, native_embeddings
 from mlxcel.serving.encoders import EmbeddingModel, EncoderLimits, RerankModel
 from mlxcel.serving.rerank import rerank
 
-router = APIRouter(dependencies=[Depends(require_api_key)])
+router = APIRouter(route_class=CheckedJsonRoute, dependencies=[Depends(require_api_key)])
 RERANK_PATHS = ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")
 
 

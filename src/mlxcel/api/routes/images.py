@@ -14,6 +14,7 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
 
 from mlxcel.api.auth import require_api_key
+from mlxcel.api.body_check import CheckedJsonRoute
 from mlxcel.api.errors import validation_error
 from mlxcel.api.routes.text import unless_disconnected
 from mlxcel.api.sse import typed_event_stream
@@ -34,7 +35,7 @@ from mlxcel.serving.images import (
     stream_error,
 )
 
-router = APIRouter(dependencies=[Depends(require_api_key)])
+router = APIRouter(route_class=CheckedJsonRoute, dependencies=[Depends(require_api_key)])
 
 IMAGE_FIELDS = ("image", "image[]")
 # Form fields besides the files: every option, a few times over.

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
 from mlxcel.api.auth import require_api_key
+from mlxcel.api.body_check import CheckedJsonRoute
 from mlxcel.api.routes.text import unless_disconnected
 from mlxcel.api.sse import DONE, event_stream
 from mlxcel.api.state import model_for
@@ -25,7 +26,7 @@ from mlxcel.protocol.native import (
 from mlxcel.serving import native
 from mlxcel.serving.infill import prepare_infill
 
-router = APIRouter(dependencies=[Depends(require_api_key)])
+router = APIRouter(route_class=CheckedJsonRoute, dependencies=[Depends(require_api_key)])
 
 
 @router.post("/tokenize")

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
 from mlxcel.api.auth import require_api_key
+from mlxcel.api.body_check import CheckedJsonRoute
 from mlxcel.api.routes.text import unless_disconnected
 from mlxcel.api.sse import typed_event_stream
 from mlxcel.api.state import model_for
@@ -19,7 +20,7 @@ from mlxcel.serving.responses import create_response, prepare_response
 from mlxcel.serving.responses_stream import response_events
 from mlxcel.serving.vision import history_media, media_urls, request_media, responses_media
 
-router = APIRouter(dependencies=[Depends(require_api_key)])
+router = APIRouter(route_class=CheckedJsonRoute, dependencies=[Depends(require_api_key)])
 
 
 def _store(request: Request) -> ResponseStore:

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
 from mlxcel.api.auth import require_api_key
+from mlxcel.api.body_check import CheckedJsonRoute
 from mlxcel.api.sse import event_stream
 from mlxcel.api.state import model_for
 from mlxcel.protocol.chat import ChatCompletionRequest
@@ -19,7 +20,7 @@ from mlxcel.serving.completions import completion, completion_chunks, prepare_co
 from mlxcel.serving.errors import APIError
 from mlxcel.serving.vision import chat_media, request_media
 
-router = APIRouter(dependencies=[Depends(require_api_key)])
+router = APIRouter(route_class=CheckedJsonRoute, dependencies=[Depends(require_api_key)])
 
 T = TypeVar("T")
 
