@@ -294,6 +294,6 @@ def test_a_data_uri_sent_again_is_not_read_again() -> None:
     """A data: URI is kept by its text: sent again, its base64 is not decoded again."""
     uri = data_uri(image_bytes(size=(20, 10), color=9))
     (first,) = load([uri])
-    assert recent(recent_key(uri.encode(), DEFAULT.limits.max_pixels)) is not None
+    assert recent(recent_key(uri, DEFAULT.limits.max_pixels)) is not None
     (again,) = load([uri])
     assert again is first

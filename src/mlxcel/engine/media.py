@@ -75,11 +75,11 @@ def reusable(spans: Sequence[MediaSpan], cached: int) -> int:
     return cached
 
 
-def _nbytes(rows: np.ndarray) -> int:
+def _nbytes(key: str, rows: np.ndarray) -> int:
     return int(rows.nbytes)
 
 
-class ImageRows(Recent[np.ndarray]):
+class ImageRows(Recent[str, np.ndarray]):
     """Recent images' embedding rows by key (digest and token count), least recent dropped
     first."""
 

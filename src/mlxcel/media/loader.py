@@ -55,8 +55,9 @@ async def _load(ref: ImageRef, policy: MediaPolicy, resolver: Resolver) -> tuple
     """One image and its encoded size. A data: URI is known by its text and decoded from
     base64 on the thread that decodes its image: sent again, it is not even base64-decoded."""
     limits = policy.limits
+    source: str | bytes
     if is_data_uri(ref.url):
-        source = ref.url.encode("utf-8", "surrogatepass")
+        source = ref.url
 
         def read() -> bytes:
             data = data_uri(ref.url)
@@ -64,11 +65,12 @@ async def _load(ref: ImageRef, policy: MediaPolicy, resolver: Resolver) -> tuple
             return data
 
     else:
-        source = await image_bytes(ref.url, policy, limits.max_image_bytes, resolver)
-        _check_size(len(source), limits, ref.param)
+        body = await image_bytes(ref.url, policy, limits.max_image_bytes, resolver)
+        _check_size(len(body), limits, ref.param)
+        source = body
 
         def read() -> bytes:
-            return source
+            return body
 
     key = recent_key(source, limits.max_pixels)
     # A hash here on the event loop (quicker than reading the JSON that brought the image):
