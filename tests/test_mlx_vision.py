@@ -90,6 +90,26 @@ def test_modalities_are_listed(mlx_vision: ServerProcess) -> None:
     with mlx_vision.http() as http:
         (listed,) = http.get("/v1/models").json()["data"]
     assert listed["input_modalities"] == ["text", "image"]
+    # A model that sees but does not hear: an audio part is refused before anything loads.
+    part = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+    error = refusal_of(mlx_vision, part)
+    assert (error["message"], error["code"]) == (
+        "model does not support audio input",
+        "unsupported_modality",
+    )
+    assert error["param"] == "messages.0.content.0"
+
+
+def refusal_of(server: ServerProcess, part: dict[str, Any]) -> dict[str, Any]:
+    """The 400's error object for a chat request of one part."""
+    with server.http() as http:
+        response = http.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": [part]}], "max_tokens": 1},
+        )
+    assert response.status_code == 400, response.text
+    error: dict[str, Any] = response.json()["error"]
+    return error
 
 
 def test_remote_and_local_media_are_off_by_default(

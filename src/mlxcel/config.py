@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from mlxcel.logs import LOG_FORMATS
 from mlxcel.media.policy import MediaLimits, MediaPolicy
 from mlxcel.mmproj import projector_modalities
+from mlxcel.weights import hears
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -233,7 +234,9 @@ class ModelConfig:
         """What its prompts may hold, as /v1/models lists it (a projector's, from its header)."""
         if self.mmproj is not None:
             return ("text", *projector_modalities(self.mmproj))
-        return ("text", "image") if self.kind == "vision" else ("text",)
+        if self.kind != "vision":
+            return ("text",)
+        return ("text", "image", "audio") if hears(self.model) else ("text", "image")
 
     def sampling_flags(self) -> dict[str, float | None]:
         """The sampling defaults set by flag or config (None: not set)."""

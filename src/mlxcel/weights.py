@@ -8,6 +8,7 @@ import logging
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -131,13 +132,30 @@ def _has_gguf_magic(path: Path) -> bool:
         return f.read(len(GGUF_MAGIC)) == GGUF_MAGIC
 
 
-def is_vision_folder(path: Path) -> bool:
-    """A model folder whose config holds a vision tower (an mlx-vlm / Hugging Face VLM)."""
+HEARING_FAMILIES = ("gemma4",)
+"""The mlx-vlm families whose audio tower mlxcel feeds (backends/mlx/hearing.py)."""
+
+
+def _folder_config(path: Path) -> dict[str, Any]:
+    """A model folder's config.json; empty when it has none that reads."""
     config = path / "config.json"
     if not path.is_dir() or not config.is_file():
-        return False
+        return {}
     try:
         values = json.loads(config.read_text())
     except (OSError, ValueError):
-        return False
-    return isinstance(values, dict) and isinstance(values.get("vision_config"), dict)
+        return {}
+    return values if isinstance(values, dict) else {}
+
+
+def is_vision_folder(path: Path) -> bool:
+    """A model folder whose config holds a vision tower (an mlx-vlm / Hugging Face VLM)."""
+    return isinstance(_folder_config(path).get("vision_config"), dict)
+
+
+def hears(path: Path) -> bool:
+    """A vision folder of a family that hears, with its audio tower (Gemma 4's E2B/E4B)."""
+    config = _folder_config(path)
+    return config.get("model_type") in HEARING_FAMILIES and isinstance(
+        config.get("audio_config"), dict
+    )

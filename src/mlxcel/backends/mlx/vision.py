@@ -1,5 +1,6 @@
-"""An MLX vision-language model on mlx-vlm: its processor lays out a prompt's images, its
-vision tower embeds them, and the language model runs them as embedding rows in the slots."""
+"""An MLX vision-language model on mlx-vlm: its processor lays out a prompt's images (and, on
+a model that hears, its audio clips), its towers embed them, and the language model runs them
+as embedding rows in the slots."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from mlx_vlm.utils import load_model as load_vlm
 from mlx_vlm.utils import load_processor
 
 from mlxcel.backends.mlx.generator import MlxGenerator, MlxOptions, Slot
+from mlxcel.backends.mlx.hearing import Hearing, check_lengths, clip_rows, hearing
 from mlxcel.backends.mlx.mrope import chunk_positions, decode_positions, grid_positions
 from mlxcel.engine.media import ImageRows
 from mlxcel.engine.positions import MropePositions
 from mlxcel.engine.types import EngineError, Feed, MediaSpan
-from mlxcel.media.audio import Media
+from mlxcel.media.audio import Audio, Media
 from mlxcel.media.images import MEDIA_MARKER, Image
 
 # The M-RoPE models whose language model takes the prompt as input embeddings and position
@@ -60,15 +62,22 @@ class VisionLanguageModel:
         deepstack = getattr(features, "deepstack_visual_embeds", None)
         return features.inputs_embeds[0], list(deepstack or ())
 
+    def input_embeddings(self, **inputs: Any) -> Any:
+        """mlx-vlm's get_input_embeddings: its features (input embeddings and the rest)."""
+        return self._model.get_input_embeddings(**inputs)
+
     def embed(
         self, tokens: Sequence[int], media: Sequence[tuple[int, np.ndarray]]
     ) -> dict[str, Any]:
         """The language model's inputs for `tokens` besides their ids: input embeddings
         ([1, n, width]) with each image's rows where it sits; rows of [tokens, 1 + layers,
-        width] also bring their deepstack features and the mask of where they go."""
-        # An image's positions hold placeholder ids (negative): embedded as token 0, replaced.
+        width] also bring their deepstack features and the mask of where they go; a model
+        with per-layer inputs (Gemma 4) gets them, a medium's positions taking token 0's as
+        mlx-vlm gives them."""
+        # A medium's positions hold placeholder ids (negative): embedded as token 0, replaced.
         ids = mx.array([max(token, 0) for token in tokens])[None]
-        text: mx.array = self._model.get_input_embeddings(ids).inputs_embeds
+        features = self._model.get_input_embeddings(ids)
+        text: mx.array = features.inputs_embeds
         parts = []
         pos = 0
         for offset, rows in media:
@@ -77,6 +86,8 @@ class VisionLanguageModel:
             pos = offset + len(rows)
         parts.append(text[:, pos:])
         inputs: dict[str, Any] = {"inputs_embeds": mx.concatenate(parts, axis=1)}
+        if getattr(features, "per_layer_inputs", None) is not None:
+            inputs["per_layer_inputs"] = features.per_layer_inputs
         stacked = [rows[:, 1:] for _, rows in media if rows.ndim == 3]
         if stacked:
             mask = np.zeros((1, len(tokens)), bool)
@@ -88,17 +99,17 @@ class VisionLanguageModel:
         return inputs
 
 
-def _image_runs(ids: np.ndarray, image_token: int, n_images: int) -> list[np.ndarray]:
-    """The prompt positions of each image's tokens: a run of image tokens each (images side
-    by side split evenly)."""
-    positions = np.flatnonzero(ids == image_token)
+def _media_runs(ids: np.ndarray, token: int, count: int, kind: str) -> list[np.ndarray]:
+    """The prompt positions of each medium's tokens: a run of its `kind`'s token each (media
+    side by side split evenly)."""
+    positions = np.flatnonzero(ids == token)
     breaks = np.flatnonzero(np.diff(positions) != 1) + 1
     runs = np.split(positions, breaks) if positions.size else []
-    if len(runs) != n_images and n_images and positions.size % n_images == 0:
-        runs = np.split(positions, n_images)
-    if len(runs) != n_images or any(run[-1] - run[0] + 1 != len(run) for run in runs):
+    if len(runs) != count and count and positions.size % count == 0:
+        runs = np.split(positions, count)
+    if len(runs) != count or any(run[-1] - run[0] + 1 != len(run) for run in runs):
         raise EngineError(
-            f"the prompt's image tokens do not make {n_images} images (an image token typed "
+            f"the prompt's {kind} tokens do not make {count} {kind}s (a {kind} token typed "
             "in the text?)",
             "invalid_request",
         )
@@ -107,7 +118,9 @@ def _image_runs(ids: np.ndarray, image_token: int, n_images: int) -> list[np.nda
 
 class MlxVisionGenerator(MlxGenerator):
     """MlxGenerator for an mlx-vlm model: a prompt's images are evaluated from the vision
-    tower's embeddings (Feed.media), its text and every decode step as on a text model.
+    tower's embeddings (Feed.media), its text and every decode step as on a text model. On a
+    model that hears (hearing.py), an audio clip is rows of the audio tower's embeddings the
+    same way, each clip embedded on its own.
 
     Positions run one after another through images and text alike, except on a model with
     M-RoPE positions (the Qwen2-VL and Qwen3-VL families): there each image lies on its grid
@@ -118,7 +131,8 @@ class MlxVisionGenerator(MlxGenerator):
     """
 
     def __init__(self, path: Path, options: MlxOptions) -> None:
-        self._image_rows = ImageRows()
+        # Embedding rows of recent images and clips, by digest and token count.
+        self._media_rows = ImageRows()
         super().__init__(path, options)
 
     def _load(self, path: Path, options: MlxOptions) -> None:
@@ -158,11 +172,12 @@ class MlxVisionGenerator(MlxGenerator):
             self._image_text = f"{start}{image_token}{end}"
         else:
             self._image_text = image_token
+        self._hearing = hearing(config, self._processor)
         return model, config
 
     @property
     def input_modalities(self) -> tuple[str, ...]:
-        return ("text", "image")
+        return ("text", "image", "audio") if self._hearing else ("text", "image")
 
     @property
     def media_marker(self) -> str:
@@ -170,37 +185,72 @@ class MlxVisionGenerator(MlxGenerator):
 
     @property
     def audio_rate(self) -> int | None:
-        return None
+        return self._hearing.rate if self._hearing else None
 
     def tokenize_with_media(
         self, text: str, media: Sequence[Media]
     ) -> tuple[list[int], tuple[MediaSpan, ...]]:
         images = [medium for medium in media if isinstance(medium, Image)]
-        if len(images) != len(media):
+        clips = [medium for medium in media if isinstance(medium, Audio)]
+        if clips and self._hearing is None:
             raise EngineError("model does not support audio input", "invalid_request")
-        if text.count(MEDIA_MARKER) != len(images):
+        if self._hearing is not None:
+            check_lengths(self._hearing, clips)
+        if text.count(MEDIA_MARKER) != len(media):
             raise EngineError(
-                f"the prompt has {text.count(MEDIA_MARKER)} image markers for {len(images)} images",
+                f"the prompt has {text.count(MEDIA_MARKER)} media markers for {len(media)} "
+                "images and clips",
                 "invalid_request",
             )
-        inputs = self._processor(
-            text=text.replace(MEDIA_MARKER, self._image_text),
-            images=[image.to_pil() for image in images],
-        )
+        inputs = self._processor(text=self._laid_out(text, media), **self._media_inputs(media))
         ids = np.array(inputs["input_ids"]).reshape(-1)
-        runs = _image_runs(ids, self._image_token_id, len(images))
-        if runs and runs[-1][-1] == len(ids) - 1:
-            raise EngineError("a prompt cannot end with an image", "invalid_request")
+        runs = _media_runs(ids, self._image_token_id, len(images), "image")
+        clip_runs: list[np.ndarray] = []
+        clip_rows: list[np.ndarray] = []
+        if self._hearing is not None:
+            clip_runs = _media_runs(ids, self._hearing.token_id, len(clips), "audio")
+            clip_rows = self._call(self._embed_clips, self._hearing, clips, clip_runs)
+        if any(run[-1] == len(ids) - 1 for run in runs + clip_runs):
+            raise EngineError("a prompt cannot end with an image or a clip", "invalid_request")
         grids = self._grids(inputs, runs)
         keys = [f"{image.digest}:{len(run)}" for image, run in zip(images, runs, strict=True)]
-        embeddings = self._call(self._embed_images, dict(inputs), runs, keys)
+        embeddings = self._call(self._embed_images, self._image_inputs(inputs), runs, keys)
         tokens = ids.tolist()
-        spans = []
-        for run, rows, image, grid in zip(runs, embeddings, images, grids, strict=True):
-            span = MediaSpan(int(run[0]), rows, image.digest, grid)
-            tokens[span.start : span.end] = [span.placeholder] * len(rows)
-            spans.append(span)
+        spans = [
+            MediaSpan(int(run[0]), rows, image.digest, grid)
+            for run, rows, image, grid in zip(runs, embeddings, images, grids, strict=True)
+        ]
+        spans += [
+            MediaSpan(int(run[0]), rows, clip.digest)
+            for run, rows, clip in zip(clip_runs, clip_rows, clips, strict=True)
+        ]
+        spans.sort(key=lambda span: span.start)
+        for span in spans:
+            tokens[span.start : span.end] = [span.placeholder] * len(span.embeddings)
         return tokens, tuple(spans)
+
+    def _laid_out(self, text: str, media: Sequence[Media]) -> str:
+        """The prompt with each marker replaced by the processor's text for its medium."""
+        pieces = text.split(MEDIA_MARKER)
+        clip_text = self._hearing.token if self._hearing else ""
+        out = [pieces[0]]
+        for medium, piece in zip(media, pieces[1:], strict=True):
+            out += [clip_text if isinstance(medium, Audio) else self._image_text, piece]
+        return "".join(out)
+
+    def _media_inputs(self, media: Sequence[Media]) -> dict[str, Any]:
+        """The processor's media arguments: the images as PIL images, the clips' samples (at
+        the rate its feature extractor takes, which they were decoded at); none left empty."""
+        images = [medium.to_pil() for medium in media if isinstance(medium, Image)]
+        clips = [np.frombuffer(m.samples, np.float32) for m in media if isinstance(m, Audio)]
+        return {key: value for key, value in (("images", images), ("audio", clips)) if value}
+
+    def _image_inputs(self, inputs: Any) -> dict[str, Any]:
+        """The processor's output without its audio features: the images' tower reads the
+        rest, the clips are embedded one by one (`_embed_clips`)."""
+        extractor = self._hearing.extractor if self._hearing else None
+        audio_keys = set(getattr(extractor, "model_input_names", ()))
+        return {key: value for key, value in dict(inputs).items() if key not in audio_keys}
 
     def _grids(self, inputs: Any, runs: list[np.ndarray]) -> list[MropePositions] | list[None]:
         """Each image's M-RoPE positions from the processor's grid (t, h, w in patches)."""
@@ -229,7 +279,7 @@ class MlxVisionGenerator(MlxGenerator):
     ) -> list[np.ndarray]:
         """Each image's rows of the prompt's input embeddings (on the MLX thread): from the
         cache when it holds every image of the prompt, else from the vision tower."""
-        kept = [self._image_rows.get(key) for key in keys]
+        kept = [self._media_rows.get(key) for key in keys]
         if all(rows is not None for rows in kept):
             return [rows for rows in kept if rows is not None]
         merged, deepstack = self._model.prompt_embeddings(inputs)
@@ -243,5 +293,20 @@ class MlxVisionGenerator(MlxGenerator):
             embedded.append(np.array(rows.astype(mx.float32)))
             done += len(run)
         for key, rows in zip(keys, embedded, strict=True):
-            self._image_rows.put(key, rows)
+            self._media_rows.put(key, rows)
+        return embedded
+
+    def _embed_clips(
+        self, hears: Hearing, clips: list[Audio], runs: list[np.ndarray]
+    ) -> list[np.ndarray]:
+        """Each clip's rows of input embeddings (on the MLX thread), from the cache or its
+        audio tower."""
+        embedded = []
+        for clip, run in zip(clips, runs, strict=True):
+            key = f"{clip.digest}:{len(run)}"
+            rows = self._media_rows.get(key)
+            if rows is None:
+                rows = clip_rows(self._model.input_embeddings, hears, clip, len(run))
+                self._media_rows.put(key, rows)
+            embedded.append(rows)
         return embedded
