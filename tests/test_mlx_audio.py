@@ -152,6 +152,21 @@ def test_streaming_with_a_clip_and_an_image_counts_the_same(gemma4: ServerProces
     assert whole.usage.prompt_tokens > ask(client, audio_part(WAV)).usage.prompt_tokens
 
 
+def test_images_of_different_sizes_and_a_clip_together(gemma4: ServerProcess) -> None:
+    # Gemma 4's processor gives images of different sizes as a list (its vision tower takes
+    # them one by one): each keeps its own token count.
+    client = gemma4.openai()
+    tall = image_bytes(size=(16, 40), color=90)
+    none = ask(client).usage.prompt_tokens
+    alone = [
+        ask(client, part).usage.prompt_tokens - none for part in (image_part(PNG), image_part(tall))
+    ]
+    clip = ask(client, audio_part(WAV)).usage.prompt_tokens - none
+    together = ask(client, image_part(PNG), audio_part(WAV), image_part(tall))
+    assert together.usage.prompt_tokens == none + sum(alone) + clip
+    assert alone[0] != alone[1]
+
+
 def test_the_model_lists_audio(gemma4: ServerProcess) -> None:
     with gemma4.http() as http:
         (listed,) = http.get("/v1/models").json()["data"]

@@ -54,10 +54,7 @@ class VisionLanguageModel:
         processor's output; and the deepstack features ([image tokens, width] a layer) a
         Qwen3-VL adds into its first layers at the image tokens, in prompt order."""
         # Processors answer in lists, NumPy or MLX arrays, whichever transformers left them in.
-        arrays = {
-            key: mx.array(np.asarray(value)) if isinstance(value, list | np.ndarray) else value
-            for key, value in inputs.items()
-        }
+        arrays = {key: _as_mlx(value) for key, value in inputs.items()}
         features = self._model.get_input_embeddings(**arrays)
         deepstack = getattr(features, "deepstack_visual_embeds", None)
         return features.inputs_embeds[0], list(deepstack or ())
@@ -97,6 +94,16 @@ class VisionLanguageModel:
             inputs["visual_pos_masks"] = mx.array(mask)
             inputs["deepstack_visual_embeds"] = [layers[:, i] for i in range(layers.shape[1])]
         return inputs
+
+
+def _as_mlx(value: Any) -> Any:
+    """A processor's output as MLX arrays; a list of arrays of different shapes (Gemma 4's
+    images of different sizes, which its vision tower takes one by one) as a list of them."""
+    if isinstance(value, list) and len({np.shape(item) for item in value}) > 1:
+        return [mx.array(np.asarray(item)) for item in value]
+    if isinstance(value, list | np.ndarray):
+        return mx.array(np.asarray(value))
+    return value
 
 
 def _media_runs(ids: np.ndarray, token: int, count: int, kind: str) -> list[np.ndarray]:
