@@ -28,6 +28,7 @@ from tests.media_util import data_uri, image_bytes
 from tests.mlx_gemma4 import AUDIO_SEQ_LENGTH, MEDIA_TOKENS, MS_PER_TOKEN, build_gemma4_model
 from tests.server_process import ServerProcess
 from tests.test_audio_input import OTHER_WAV, RATE, WAV, audio_part, messages, refused, tone
+from tests.test_mlx_vision_mrope import alone_and_together
 
 # Building the model and starting its server takes most of a minute on a busy 2-core machine.
 pytestmark = pytest.mark.slow
@@ -165,6 +166,15 @@ def test_images_of_different_sizes_and_a_clip_together(gemma4: ServerProcess) ->
     together = ask(client, image_part(PNG), audio_part(WAV), image_part(tall))
     assert together.usage.prompt_tokens == none + sum(alone) + clip
     assert alone[0] != alone[1]
+
+
+def test_alone_and_batched_answers_match(gemma4: ServerProcess) -> None:
+    # Two clips decoding together in the slots' batch (sliding and full attention caches).
+    def asking(client: openai.OpenAI, clip: bytes) -> Any:
+        return ask(client, audio_part(clip))
+
+    alone, together = alone_and_together(gemma4.openai(), WAV, OTHER_WAV, asking=asking)
+    assert together == alone
 
 
 def test_the_model_lists_audio(gemma4: ServerProcess) -> None:

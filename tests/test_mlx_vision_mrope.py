@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import io
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -156,12 +156,15 @@ def test_streaming_and_concurrent_requests_match(qwen2vl: ServerProcess) -> None
     assert together == alone
 
 
-def alone_and_together(client: openai.OpenAI, *pictures: bytes) -> tuple[Any, Any]:
-    """Each picture's answer (`logprobs`) asked alone, then all of them asked at once."""
-    alone = {picture: logprobs(ask(client, picture)) for picture in pictures}
+def alone_and_together(
+    client: openai.OpenAI, *pictures: bytes, asking: Callable[..., Any] = ask
+) -> tuple[Any, Any]:
+    """Each picture's (or clip's) answer (`logprobs`) asked alone, then all of them asked at
+    once; `asking(client, medium)` asks."""
+    alone = {picture: logprobs(asking(client, picture)) for picture in pictures}
     together: dict[bytes, Any] = {}
     threads = [
-        threading.Thread(target=lambda p=p: together.update({p: logprobs(ask(client, p))}))
+        threading.Thread(target=lambda p=p: together.update({p: logprobs(asking(client, p))}))
         for p in pictures
     ]
     for thread in threads:
