@@ -5,11 +5,11 @@ runs at once, and the limits it enforces."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 from mlxcel.backends.audio.defaults import (
     DEFAULT_SPEECH,
@@ -21,11 +21,10 @@ from mlxcel.backends.audio.defaults import (
 from mlxcel.backends.audio.speech import Synthesizer
 from mlxcel.backends.audio.transcript import Transcriber
 from mlxcel.config import ModelConfig
+from mlxcel.models.proxies import RemoteSynthesizer, RemoteTranscriber
 from mlxcel.models.remote import Worker
 
 AUDIO_KINDS = frozenset({"transcription", "speech"})
-T = TypeVar("T")
-_END = object()
 # OpenAI's model names, so that clients written for it find the default models unchanged.
 OPENAI_NAMES = {
     "transcription": ("whisper-1",),
@@ -43,24 +42,20 @@ class AudioModel:
     worker: Worker = field(kw_only=True)
     _slots: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
 
-    async def on_threads(self, steps: Iterator[T]) -> AsyncIterator[T]:
-        """An engine's iterator, each step on a worker thread so that the event loop never
-        blocks, holding one of the model's `parallel` places until it ends."""
+    @contextlib.asynccontextmanager
+    async def place(self) -> AsyncIterator[None]:
+        """One of the model's `parallel` places, held until the block ends."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.parallel)
         async with self._slots:
-            while True:
-                item = await asyncio.to_thread(next, steps, _END)
-                if item is _END:
-                    return
-                yield item  # type: ignore[misc]
+            yield
 
 
 @dataclass
 class TranscriptionModel(AudioModel):
     """A speech-to-text model."""
 
-    engine: Transcriber = field(kw_only=True)
+    engine: RemoteTranscriber = field(kw_only=True)
 
     def close(self) -> None:
         """End the worker: every byte of the model goes."""
@@ -71,7 +66,7 @@ class TranscriptionModel(AudioModel):
 class SpeechModel(AudioModel):
     """A text-to-speech model."""
 
-    engine: Synthesizer = field(kw_only=True)
+    engine: RemoteSynthesizer = field(kw_only=True)
 
     def close(self) -> None:
         """End the worker: every byte of the model goes."""

@@ -1,22 +1,27 @@
 """Embedding, rerank, transcription, speech and image engines across the process boundary, as
 the HTTP process serves them.
 
-Each is its kind's capability class (`Embedder`, `Reranker`, `Transcriber`, `Synthesizer`,
-`ImageGenerator`) over the model's worker: what the worker sent once is kept, an encoder's
-methods are calls, an audio engine's iterators and an image batch are streams read one item at
-a time (closing one early, or an image batch's `cancelled()`, cancels it in the worker).
+Each is its kind's capability class (`Embedder`, `Reranker`, `ImageGenerator`) over the
+model's worker, or for audio what the routes ask of one (a transcription's info and segments,
+a speech file's encoded pieces, read on the event loop): what the worker sent once is kept,
+an encoder's methods are calls, an audio engine's iterators and an image batch are streams
+read one item at a time (closing one early, or an image batch's `cancelled()`, cancels it in
+the worker).
 Closing one ends the worker. The worker's side is `models/services.py`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import queue
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from mlxcel.backends.audio.encode import SpeechFormat
 from mlxcel.backends.audio.speech import SpeechJob, Voice
 from mlxcel.backends.audio.transcript import Segment, TranscribeJob, TranscriptInfo
 from mlxcel.backends.embeddings import EncoderInfo
@@ -67,6 +72,16 @@ class _Items:
         self.queue.put(StreamEnd(error))
 
 
+def _closes(item: Any) -> bool:
+    """Whether a stream's item is its end; the stream's error is raised if it ended with one
+    (the worker has forgotten the stream either way, so there is nothing to cancel)."""
+    if not isinstance(item, StreamEnd):
+        return False
+    if item.error is not None:
+        raise item.error
+    return True
+
+
 def streamed(
     worker: Worker, method: str, *args: Any, cancelled: Callable[[], bool] | None = None
 ) -> Iterator[Any]:
@@ -87,10 +102,50 @@ def streamed(
                 cancelled = None
             if item is _NOTHING:
                 continue
-            if isinstance(item, StreamEnd):
-                ended = True
-                if item.error is not None:
-                    raise item.error
+            ended = _closes(item)
+            if ended:
+                return
+            yield item
+    finally:
+        if not ended:
+            worker.cancel(stream_id)
+
+
+class _LoopItems:
+    """A stream's items, handed by the worker's reader thread straight to the event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    def deliver(self, item: Any) -> None:
+        # A loop that has closed has nobody left reading the stream.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+    def fail(self, error: BaseException) -> None:
+        self.deliver(StreamEnd(error))
+
+
+async def streamed_async(
+    worker: Worker, method: str, *args: Any, start_on_thread: bool = False
+) -> AsyncIterator[Any]:
+    """The items of a worker's stream on the event loop, each as it comes, with no thread
+    between the worker's reader and the loop; the stream's error, WorkerGone included, is
+    raised where it ends. Its arguments are sent from the loop, or from a thread with
+    `start_on_thread` (for large ones: a transcription's audio). Closing it early cancels the
+    stream in the worker."""
+    items = _LoopItems(asyncio.get_running_loop())
+    if start_on_thread:
+        (stream_id,) = await asyncio.to_thread(worker.stream, method, args, [items])
+    else:
+        (stream_id,) = worker.stream(method, args, [items])
+    ended = False
+    try:
+        while True:
+            item = await items.queue.get()
+            ended = _closes(item)
+            if ended:
                 return
             yield item
     finally:
@@ -155,8 +210,9 @@ class RemoteTranscriber(_Remote):
     def parallel(self) -> int:
         return self._facts.parallel
 
-    def transcribe(self, job: TranscribeJob) -> Iterator[TranscriptInfo | Segment]:
-        return streamed(self._worker, "transcribe", job)
+    def transcribe(self, job: TranscribeJob) -> AsyncIterator[TranscriptInfo | Segment]:
+        """The info, then each segment as the worker decodes it."""
+        return streamed_async(self._worker, "transcribe", job, start_on_thread=True)
 
 
 class RemoteSynthesizer(_Remote):
@@ -177,8 +233,9 @@ class RemoteSynthesizer(_Remote):
     def voices(self) -> list[Voice]:
         return list(self._facts.voices)
 
-    def synthesize(self, job: SpeechJob) -> Iterator[np.ndarray]:
-        return streamed(self._worker, "synthesize", job)
+    def speak(self, job: SpeechJob, fmt: SpeechFormat) -> AsyncIterator[bytes]:
+        """The file in `fmt`, in pieces as the worker synthesises and encodes each sentence."""
+        return streamed_async(self._worker, "speak", job, fmt)
 
 
 class RemoteImageGenerator(_Remote):

@@ -4,8 +4,8 @@ them (`models/worker.py`'s `Service`).
 Each opens its engine in the worker, tells the HTTP process its facts once, and answers the
 engine's narrow capability methods: an encoder's as calls (`tokenize`, `embed`,
 `tokenize_pairs`, `score`: one batch per call, batched across requests in the HTTP process),
-an audio model's iterators as streams (`transcribe`: the info, then each segment;
-`synthesize`: each sentence's samples), an image model's batch as a stream (`generate`: each
+an audio model's iterators as streams (`transcribe`: the info, then each segment; `speak`:
+the encoded file, a piece per sentence), an image model's batch as a stream (`generate`: each
 step's progress and previews, then the images), one item per step, closed by `StreamEnd`.
 The HTTP process's side is `models/proxies.py`.
 """
@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from mlxcel.backends.audio.encode import AudioEncoder, SpeechFormat
 from mlxcel.backends.audio.speech import SpeechJob, Synthesizer
 from mlxcel.backends.audio.transcript import Segment, TranscribeJob, Transcriber, TranscriptInfo
 from mlxcel.backends.embeddings import (
@@ -160,7 +161,7 @@ class TranscriptionService(EngineService):
 class SpeechService(EngineService):
     """A text-to-speech model's engine in its worker."""
 
-    streams = frozenset({"synthesize"})
+    streams = frozenset({"speak"})
 
     def __init__(self, engine: Synthesizer) -> None:
         self._engine = engine
@@ -170,13 +171,25 @@ class SpeechService(EngineService):
         engine = self._engine
         return SynthesizerFacts(engine.sample_rate, engine.default_voice, tuple(engine.voices()))
 
-    def synthesize(self, sinks: Sequence[StreamSink], job: SpeechJob) -> None:
-        """Each sentence's samples as it is ready."""
-        self.iterate(sinks, self._engine.synthesize(job))
+    def speak(self, sinks: Sequence[StreamSink], job: SpeechJob, fmt: SpeechFormat) -> None:
+        """The file in `fmt`, a piece as each sentence is synthesised and encoded (on the same
+        thread), then the encoder's last bytes."""
+        self.iterate(sinks, _encoded(self._engine, job, fmt))
 
     def close(self) -> None:
         """Free the weights."""
         self._engine.close()
+
+
+def _encoded(engine: Synthesizer, job: SpeechJob, fmt: SpeechFormat) -> Iterator[bytes]:
+    encoder = AudioEncoder(fmt, engine.sample_rate, streaming=True)
+    for samples in engine.synthesize(job):
+        piece = encoder.feed(samples)
+        if piece:
+            yield piece
+    last = encoder.finish()
+    if last:
+        yield last
 
 
 class ImageService(EngineService):

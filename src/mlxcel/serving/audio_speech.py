@@ -1,15 +1,12 @@
-"""Text to speech: the voice resolved, sentences synthesised on worker threads and encoded as
+"""Text to speech: the voice resolved, sentences synthesised and encoded in the model's worker as
 they come, answered as chunked audio or as OpenAI's speech.audio SSE events."""
 
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
-import numpy as np
-
-from mlxcel.backends.audio.encode import AudioEncoder
 from mlxcel.backends.audio.speech import OPENAI_VOICES, SpeechJob, Voice
 from mlxcel.models.audio import SpeechModel
 from mlxcel.protocol.audio import SpeechRequest
@@ -46,17 +43,10 @@ async def audio_chunks(
     model: SpeechModel, job: SpeechJob, body: SpeechRequest
 ) -> AsyncIterator[bytes]:
     """The encoded file, in pieces as each sentence is synthesised (and encoded, on the same
-    worker thread)."""
-    encoder = AudioEncoder(body.response_format, model.engine.sample_rate, streaming=True)
-    async for piece in model.on_threads(_encoded(model.engine.synthesize(job), encoder)):
-        if piece:
+    thread of the model's worker), in one of the model's places."""
+    async with model.place():
+        async for piece in model.engine.speak(job, body.response_format):
             yield piece
-
-
-def _encoded(sentences: Iterator[np.ndarray], encoder: AudioEncoder) -> Iterator[bytes]:
-    for samples in sentences:
-        yield encoder.feed(samples)
-    yield encoder.finish()
 
 
 async def speech_events(

@@ -1,4 +1,4 @@
-"""Transcriptions and translations: the upload decoded, the model run on worker threads, the
+"""Transcriptions and translations: the upload decoded, the model run in its worker, the
 transcript answered in its response format or streamed as OpenAI's transcript events."""
 
 from __future__ import annotations
@@ -67,11 +67,12 @@ async def transcribe(model: TranscriptionModel, job: TranscribeJob) -> Transcrip
     """The whole transcript, in one of the model's places."""
     info: TranscriptInfo | None = None
     segments: list[Segment] = []
-    async for event in model.on_threads(model.engine.transcribe(job)):
-        if isinstance(event, TranscriptInfo):
-            info = event
-        else:
-            segments.append(event)
+    async with model.place():
+        async for event in model.engine.transcribe(job):
+            if isinstance(event, TranscriptInfo):
+                info = event
+            else:
+                segments.append(event)
     assert info is not None, "the engine yields its info first"
     return Transcript(job.task, info, tuple(segments))
 
@@ -96,17 +97,18 @@ async def transcript_events(
     """`transcript.text.delta` per segment as it is decoded, then `transcript.text.done`."""
     segments: list[Segment] = []
     info: TranscriptInfo | None = None
-    async for event in model.on_threads(model.engine.transcribe(job)):
-        if isinstance(event, TranscriptInfo):
-            info = event
-            continue
-        # The first delta has no leading space, so the deltas join to the final text.
-        delta = event.text.lstrip() if not segments else event.text
-        segments.append(event)
-        chunk: dict[str, Any] = {"type": "transcript.text.delta", "delta": delta}
-        if form.logprobs:
-            chunk["logprobs"] = word_logprobs(list(event.words))
-        yield chunk
+    async with model.place():
+        async for event in model.engine.transcribe(job):
+            if isinstance(event, TranscriptInfo):
+                info = event
+                continue
+            # The first delta has no leading space, so the deltas join to the final text.
+            delta = event.text.lstrip() if not segments else event.text
+            segments.append(event)
+            chunk: dict[str, Any] = {"type": "transcript.text.delta", "delta": delta}
+            if form.logprobs:
+                chunk["logprobs"] = word_logprobs(list(event.words))
+            yield chunk
     assert info is not None, "the engine yields its info first"
     transcript = Transcript(job.task, info, tuple(segments))
     done: dict[str, Any] = {"type": "transcript.text.done", "text": transcript.text}
