@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
+import time
 import wave
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -293,3 +295,29 @@ def test_speech_errors_and_voices(audio_server: ServerProcess) -> None:
     assert voices["default"] == "heart"
     assert [v["id"] for v in voices["data"] if v["present"]] == ["heart"]
     assert {"emma", "fenrir"} <= {v["id"] for v in voices["data"]}
+
+
+def _cpu_seconds(pid: int) -> float:
+    """A process's user and system CPU time so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_client_leaving_a_speech_stream_stops_its_synthesis(
+    audio_server: ServerProcess, client: openai.OpenAI
+) -> None:
+    with audio_server.http() as http:
+        listed = http.get("/v1/models").json()["data"]
+    (pid,) = [m["meta"]["pid"] for m in listed if "tts-1" in [m["id"], *m.get("aliases", [])]]
+    # Some 60 sentences: seconds of synthesis on this CPU, were the stream left running.
+    text = " ".join(SENTENCES * 12)
+    with client.audio.speech.with_streaming_response.create(
+        model="tts-1", voice="alloy", input=text, response_format="pcm"
+    ) as response:
+        next(response.iter_bytes(chunk_size=None))
+    time.sleep(0.5)  # the sentence being synthesised when the client left finishes
+    before = _cpu_seconds(pid)
+    time.sleep(1.5)
+    assert _cpu_seconds(pid) - before < 0.3
+    # The voice serves the next request whole.
+    assert len(spoken(client, SENTENCE, "pcm")) > 0
