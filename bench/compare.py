@@ -1,7 +1,7 @@
 """mlxcel against its engine, llama-server and its Python peer, on the same GGUF, in one run.
 
     python bench/compare.py [--model PATH.gguf | --shape smollm2-135m|qwen2.5-0.5b] [--threads 1]
-                            [--rounds 3]
+                            [--rounds 3] [--spec-model PATH.gguf|coder]
 
 Measures on this machine: the raw engine (llama-cpp-python's low-level API in-process: prompt
 evaluation, single-sequence decode, and 8 sequences decoded together), then the servers
@@ -13,7 +13,9 @@ then `--rounds` - 1 more rounds of llama-server and mlxcel alone at 1 and 8 clie
 (the first of each round alternating), so the machine's load falls on both alike. Every round
 is printed with the load, then each target as a ratio of the medians over the rounds, and what
 load moves least: the engine thread's CPU seconds for the same tokens and the engine steps
-(llama-server's n_decode_total against mlxcel_decode_steps_total) at 8 clients. `--shape`
+(llama-server's n_decode_total against mlxcel_decode_steps_total) at 8 clients; last, the
+speculative decoding ratio (bench/speculative.py, n-gram against plain, on `--spec-model`,
+by default the model). `--shape`
 builds (once, into bench/.cache) a random-weight Q4_0 GGUF of a real model's shape with
 bench/models.py; every target generates until max_tokens there too.
 
@@ -196,6 +198,9 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=3, help="rounds of llama-server and mlxcel (or A/B pairs)"
     )
+    parser.add_argument(
+        "--spec-model", help="the speculative ratio's GGUF, or coder (default: the model)"
+    )
     args = parser.parse_args()
     path = model_file(args)
     if args.against is not None:
@@ -223,6 +228,20 @@ def main() -> None:
     first = {name: {str(k): v for k, v in runs[name][0].levels.items()} for name in SERVERS}
     png = write({"title": title, "servers": first}, RESULTS, f"compare-{path.stem}")
     print(f"plot of round 1: {png}")
+    speculative_ratio(path, args)
+
+
+def speculative_ratio(path: Path, args: argparse.Namespace) -> None:
+    """The speculative decoding target: bench/speculative.py's plain and n-gram servers on a
+    copy-heavy prompt, interleaved for --rounds runs (a random-weight --shape copies nothing:
+    --spec-model names a real model for it)."""
+    from coder_model import coder_gguf
+    from speculative import measure, report
+
+    model = coder_gguf() if args.spec_model == "coder" else Path(args.spec_model or path)
+    print(f"speculative decoding on {model.name}, single stream, copy-heavy prompt:")
+    ngram = ["--spec-type", "ngram-simple"]
+    report(measure(model, args.threads, args.rounds, 256, {"ngram": ngram}))
 
 
 SERVERS = ("llama-server", "llama_cpp.server", "mlxcel")

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from mlxcel.engine.speculative import DraftCosts
+
 
 @dataclass(frozen=True)
 class KvCacheInfo:
@@ -39,8 +41,8 @@ class VerifiesDrafts(Protocol):
         """Whether Feed.draft may be set."""
         ...
 
-    def draft_token_cost(self) -> float:
-        """What one more drafted token adds to a decode, as a share of a one-token decode
+    def draft_costs(self, lengths: Sequence[int]) -> DraftCosts:
+        """What verifying a draft of each of these lengths costs, in one-token decodes
         (measured; called before the engine thread starts)."""
         ...
 

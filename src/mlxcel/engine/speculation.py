@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from mlxcel.engine.capabilities import DraftsWithModel, VerifiesDrafts
 from mlxcel.engine.sequence import Job, Running
-from mlxcel.engine.speculative import Drafter, NgramDrafter, SpeculativeConfig
+from mlxcel.engine.speculative import Drafter, NgramDrafter, SpeculativeConfig, longest_timed
 from mlxcel.engine.types import TextGenerator
 
 
@@ -32,7 +32,11 @@ class Speculation:
 
     def drafts(self, decoding: Sequence[Running], budget: int) -> list[tuple[int, ...]]:
         """Each decoding sequence's draft, within `budget` tokens of the batch in all; a draft
-        model drafts for every sequence in the same decodes. None is shorter than draft-min."""
+        model drafts for every sequence in the same decodes, each cut to a length whose
+        verification was timed. None is shorter than draft-min."""
+        config = self._config
+        if config is None:
+            return [() for _ in decoding]
         drafts: list[tuple[int, ...]] = []
         limits = []
         for running in decoding:
@@ -43,16 +47,16 @@ class Speculation:
                 drafts.append(draft)
                 budget -= len(draft)
             else:
+                limit = longest_timed(config, limit)
                 limits.append(limit)
                 budget -= limit
-        if self._model is None or self._config is None:
+        if self._model is None:
             return drafts
         requests = [
             (r.slot, r.drafter.tokens if r.drafter else [], limit)
             for r, limit in zip(decoding, limits, strict=True)
         ]
-        fewest = max(1, self._config.n_min)
-        return [d if len(d) >= fewest else () for d in self._model.draft(requests)]
+        return [d[: longest_timed(config, len(d))] for d in self._model.draft(requests)]
 
     def prompt_fed(self, running: Running) -> None:
         """A chunk of the sequence's prompt was evaluated: the draft model evaluates it too,

@@ -16,7 +16,7 @@ from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.prompt_cache import PromptCache
 from mlxcel.engine.sampling import SamplingDefaults, model_defaults
 from mlxcel.engine.scheduler import Scheduler, SchedulerLimits
-from mlxcel.engine.speculative import SpeculativeConfig
+from mlxcel.engine.speculative import SpeculativeConfig, linear_costs, timed_lengths
 from mlxcel.engine.types import ChatTemplate, TextGenerator
 from mlxcel.models.audio import AUDIO_KINDS, engine_label
 from mlxcel.models.images import IMAGE_BACKEND
@@ -195,32 +195,39 @@ def load_text_engine(config: ModelConfig, metrics: RecordsMetrics) -> TextEngine
 
 
 def _speculative(config: ModelConfig, generator: TextGenerator) -> SpeculativeConfig | None:
-    """Drafting as --spec-type or --model-draft ask for it, sized by what a drafted token costs
-    this generator (measured here); None where the engine does not verify drafts (MLX)."""
+    """Drafting as --spec-type or --model-draft ask for it, sized by what verifying a draft
+    costs this generator at each length (measured here); None where the engine does not verify
+    drafts (MLX)."""
     if config.spec_type == "none" and config.model_draft is None:
         return None
     if not isinstance(generator, VerifiesDrafts) or not generator.verifies_drafts:
         return None
-    cost = config.draft_cost
-    measured = cost is None
-    if cost is None:
-        cost = generator.draft_token_cost()
+    size_m = config.draft_max
+    if config.draft_cost is None:
+        costs = generator.draft_costs(timed_lengths(size_m))
+        cost_text = ", ".join(f"{d}: {cost:.2f}" for d, cost in costs)
+        cost_text = (
+            f"verifying d drafted tokens costs (d: one-token decodes) {cost_text} (measured)"
+        )
+    else:
+        costs = linear_costs(config.draft_cost, size_m)
+        cost_text = (
+            f"a drafted token costs {config.draft_cost:.2f} of a one-token decode (--draft-cost)"
+        )
     how = (
         f"draft model {config.model_draft.name}"
         if config.model_draft is not None
         else f"{config.spec_type}, {config.spec_ngram_size_n}-token n-grams"
     )
     logger.info(
-        "[%s] speculative decoding: %s, drafts of %d to %d tokens; a drafted token costs "
-        "%.2f of a one-token decode (%s)",
+        "[%s] speculative decoding: %s, drafts of %d to %d tokens; %s",
         config.served_name,
         how,
         max(1, config.draft_min),
-        config.draft_max,
-        cost,
-        "measured" if measured else "--draft-cost",
+        size_m,
+        cost_text,
     )
-    return SpeculativeConfig(config.spec_ngram_size_n, config.draft_max, config.draft_min, cost)
+    return SpeculativeConfig(config.spec_ngram_size_n, size_m, costs, config.draft_min)
 
 
 def _prompt_cache(config: ModelConfig) -> PromptCache | None:

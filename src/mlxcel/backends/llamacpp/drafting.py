@@ -1,5 +1,5 @@
 """Speculative decoding on llama.cpp: a draft model's greedy drafts, and what verifying a
-drafted token costs on this machine (engine/speculative.py sizes drafts from it)."""
+draft of each length costs on this machine (engine/speculative.py sizes drafts from it)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import numpy as np
 
 from mlxcel.backends.llamacpp import native
 from mlxcel.backends.llamacpp.model import LlamaCppOptions, model_params, new_context
+from mlxcel.engine.speculative import DraftCosts
 
 logger = logging.getLogger(__name__)
 
@@ -23,9 +24,8 @@ _memory_seq_rm = native.holding_gil("llama_memory_seq_rm")
 # A draft stops at a token its model gives less than this probability (llama-server's
 # --draft-p-min default): past it, the target rarely agrees and the rest is wasted work.
 DRAFT_P_MIN = 0.75
-# Tokens in the decodes timed to measure a drafted token's cost: one, and one with a draft.
-_WIDE = 9
-_TIMINGS = 5
+# Rounds of the decodes timed to measure what verifying a draft costs.
+_TIMINGS = 3
 
 DraftRequest = tuple[int, Sequence[int], int]
 """One sequence to draft for: its slot, its tokens so far (prompt and output, the last one
@@ -40,10 +40,10 @@ def decode(ctx: Any, batch: Any, n: int) -> None:
         raise RuntimeError(f"llama_decode failed with status {status}")
 
 
-def token_cost(ctx: Any, batch: Any, memory: Any, seq: int) -> float:
-    """A decode's extra time per drafted token, as a share of a one-token decode: the least
-    process time of a few decodes each of 1 and of `_WIDE` tokens with logits at every one (as
-    verification asks), after a short prompt, on sequence `seq` (left empty)."""
+def draft_costs(ctx: Any, batch: Any, memory: Any, seq: int, lengths: Sequence[int]) -> DraftCosts:
+    """What verifying a draft of each length costs, in one-token decodes: the least process
+    time of a few decodes of 1 + d tokens with logits at every one (as verification asks),
+    against that of one token, after a short prompt, on sequence `seq` (left empty)."""
     start = 32
     for i in range(start):
         native.put_token(batch, i, 0, i, seq, False)
@@ -58,12 +58,13 @@ def token_cost(ctx: Any, batch: Any, memory: Any, seq: int) -> float:
         _memory_seq_rm(memory, seq, start, -1)
         return spent
 
-    # Interleaved, so that a burst of load elsewhere slows both widths alike.
-    rounds = [(timed(1), timed(_WIDE)) for _ in range(_TIMINGS)]
-    narrow = min(one for one, _ in rounds)
-    wide = min(many for _, many in rounds)
+    widths = [1, *(d + 1 for d in lengths)]
+    # Interleaved, so that a burst of load elsewhere slows every width alike.
+    rounds = [[timed(width) for width in widths] for _ in range(_TIMINGS)]
     _memory_seq_rm(memory, seq, -1, -1)
-    return max(0.0, wide - narrow) / ((_WIDE - 1) * max(narrow, 1e-6))
+    least = [min(times) for times in zip(*rounds, strict=True)]
+    one = max(least[0], 1e-6)
+    return tuple((d, max(1.0, t / one)) for d, t in zip(lengths, least[1:], strict=True))
 
 
 def same_vocabulary(ours: Any, theirs: Any) -> str | None:

@@ -29,6 +29,7 @@ from mlxcel.backends.llamacpp.sampling import build_chain, sample_with_logprobs
 from mlxcel.backends.llamacpp.vision import Projector
 from mlxcel.engine.capabilities import FimTokens, KvCacheInfo
 from mlxcel.engine.positions import Jumps, MropePositions
+from mlxcel.engine.speculative import DraftCosts
 from mlxcel.engine.types import ChatTemplate, Feed, MediaSpan, Sample, SamplingParams
 from mlxcel.media.audio import Media
 
@@ -232,8 +233,8 @@ class LlamaCppGenerator:
     def verifies_drafts(self) -> bool:
         return True
 
-    def draft_token_cost(self) -> float:
-        return drafting.token_cost(self._ctx, self._batch, self._memory, 0)
+    def draft_costs(self, lengths: Sequence[int]) -> DraftCosts:
+        return drafting.draft_costs(self._ctx, self._batch, self._memory, 0, lengths)
 
     @property
     def drafts_with_model(self) -> bool:
