@@ -1,7 +1,8 @@
 """Speculative decoding against plain decoding, single stream, copy-heavy input.
 
     python bench/speculative.py [--model PATH.gguf|coder] [--draft PATH.gguf | --no-draft]
-                                [--runs 3] [--size-n 12] [--threads 1] [--against OTHER/src]
+                                [--runs 3] [--size-n 12] [--threads 1] [--prompt edit|rename]
+                                [--against OTHER/src ...]
                                 [--spec-args "--draft-max 16 ..."]
 
 Three `mlxcel serve` on the same GGUF: plain, with `--spec-type ngram-simple` (prompt lookup)
@@ -12,8 +13,8 @@ The request asks to repeat a long code block with one change, greedy, a fixed nu
 tokens, its prompt cached by a warm-up request. Every run's decode rate
 (`timings.predicted_per_second`), the engine thread's CPU seconds (which the machine's load
 moves less than wall time), acceptance and the load average is printed, then each ratio of
-the medians against the target (>= 1.5x). `--against` adds an n-gram server from another
-source tree (say `git archive` of the commit before a change), to measure the change
+the medians against the target (>= 1.5x). Each `--against` adds an n-gram server from
+another source tree (say `git archive` of the commit before a change), to measure the change
 interleaved with it.
 `--model coder` measures Qwen2.5-Coder-0.5B-Instruct (bench/coder_model.py fetches it from
 PyPI once), a real code model, where the default SmolLM2 is a tiny one.
@@ -26,6 +27,7 @@ import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -40,13 +42,17 @@ CODE = "\n".join(
     f"    return [value * factor + {i} for value in values]\n"
     for i in range(10)
 )
-# Phrased so that Qwen2.5-Coder-0.5B prints the whole file (asked to "repeat the code, but
-# rename", it prints only the renamed function); it renames every function as it copies.
-PROMPT = (
-    "Print this whole Python file again in one code block, every function, with one change: "
-    "the function scale_3 becomes resize_3. Keep every other function exactly as it is.\n\n"
-    f"```python\n{CODE}```"
-)
+# Each asks for the whole file again with one change. Qwen2.5-Coder-0.5B copies it exactly
+# for "edit" (leaving the line as it was) and renames every function for "rename"; asked to
+# "repeat the code, but rename", it printed only the renamed function.
+PROMPTS = {
+    "edit": "Print this whole Python file again in one code block, every function, with one "
+    "change: in scale_3, replace 'value * factor' with 'value * factor * 2'. Keep every other "
+    f"line exactly as it is.\n\n```python\n{CODE}```",
+    "rename": "Print this whole Python file again in one code block, every function, with one "
+    "change: the function scale_3 becomes resize_3. Keep every other function exactly as it "
+    f"is.\n\n```python\n{CODE}```",
+}
 
 
 def serve(
@@ -60,11 +66,11 @@ def serve(
     return f"http://127.0.0.1:{port}", _start(command, port, "/health", src)
 
 
-def one_run(base_url: str, pid: int, max_tokens: int) -> dict[str, float]:
+def one_run(base_url: str, pid: int, max_tokens: int, prompt: str) -> dict[str, float]:
     """The request's `timings`, and `engine_cpu_s`: the busiest server thread's CPU seconds
     for it (the engine thread's; its prompt is cached from the warm-up, so this is decode)."""
     body = {
-        "messages": [{"role": "user", "content": PROMPT}],
+        "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
         "temperature": 0,
         "ignore_eos": True,
@@ -82,13 +88,18 @@ def main() -> None:
         "--model", help="GGUF, or coder for Qwen2.5-Coder-0.5B (default: the embedded SmolLM2)"
     )
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--prompt", choices=sorted(PROMPTS), default="edit")
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--size-n", type=int, default=12, help="--spec-ngram-simple-size-n")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--draft", type=Path, help="the draft model (default: the model)")
     parser.add_argument("--no-draft", action="store_true", help="no draft-model server")
     parser.add_argument(
-        "--against", type=Path, help="another mlxcel source tree: its n-gram server too"
+        "--against",
+        type=Path,
+        action="append",
+        default=[],
+        help="another mlxcel source tree: its n-gram server too (repeatable)",
     )
     parser.add_argument("--spec-args", default="", help="more flags for the n-gram servers")
     args = parser.parse_args()
@@ -99,7 +110,10 @@ def main() -> None:
     flags = {"ngram": spec + args.spec_args.split()}
     if not args.no_draft:
         flags["draft"] = ["-md", str(args.draft or path)]
-    report(measure(path, args.threads, args.runs, args.max_tokens, flags, args.against))
+    figures = measure(
+        path, args.threads, args.runs, args.max_tokens, flags, args.against, args.prompt
+    )
+    report(figures)
 
 
 def measure(
@@ -108,21 +122,22 @@ def measure(
     runs: int,
     max_tokens: int,
     flags: dict[str, list[str]],
-    against: Path | None = None,
+    against: Sequence[Path] = (),
+    prompt: str = "edit",
 ) -> dict[str, list[dict[str, float]]]:
-    """Each run's figures for a plain server and one per entry of `flags` (and the n-gram
-    one's from `against`, a source tree), all up at once and asked in turn."""
+    """Each run's figures for a plain server and one per entry of `flags` (and an n-gram one
+    from each source tree in `against`), all up at once and asked in turn, PROMPTS[prompt]."""
     servers = {"plain": serve(path, threads, [])}
-    if against is not None:
-        servers["ngram (against)"] = serve(path, threads, flags["ngram"], against)
+    for tree in against:
+        servers[f"ngram ({tree})"] = serve(path, threads, flags["ngram"], tree)
     servers.update({name: serve(path, threads, extra) for name, extra in flags.items()})
     figures: dict[str, list[dict[str, float]]] = {name: [] for name in servers}
     try:
         for url, process in servers.values():
-            one_run(url, process.pid, 1)
+            one_run(url, process.pid, 1, PROMPTS[prompt])
         for run in range(runs):
             for name, (url, process) in servers.items():
-                timings = one_run(url, process.pid, max_tokens)
+                timings = one_run(url, process.pid, max_tokens, PROMPTS[prompt])
                 figures[name].append(timings)
                 drafted = timings.get("draft_n", 0)
                 accepted = timings.get("draft_n_accepted", 0)

