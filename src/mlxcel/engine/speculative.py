@@ -29,6 +29,9 @@ PRIOR_REJECTED = 1.0
 DECAY = 0.8
 # Tokens of a lookup that is checked against what is generated instead of being verified.
 SHADOW_TOKENS = 8
+# The n-gram looked up where the --spec-ngram-simple-size-n one is found nowhere: after an
+# edit the output takes that many tokens to match the input again, a short one fewer.
+FALLBACK_N = 4
 
 
 # The draft lengths whose verification the loader times: a decode of 1 + d tokens. Widths that
@@ -146,11 +149,13 @@ class NgramDrafter(Drafter):
     functions, all of 223 drafted tokens taken against 210 of 270 looking up each time). A
     lookup not worth verifying at the sequence's acceptance so far is checked against the
     tokens generated next instead (a shadow draft, free), so the acceptance keeps up when
-    drafting pauses.
+    drafting pauses. Where the n-gram is found nowhere, a FALLBACK_N-gram is looked up.
     """
 
     def __init__(self, config: SpeculativeConfig, tokens: Iterable[int] = ()) -> None:
-        self._ends: dict[tuple[int, ...], int] = {}
+        # For each n looked up, longest first: where each n-gram last ended.
+        sizes = sorted({config.size_n, min(config.size_n, FALLBACK_N)}, reverse=True)
+        self._ends: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in sizes}
         # Where the copy being followed goes on: the token there is the next one's draft.
         self._source: int | None = None
         self._shadow: tuple[int, ...] = ()
@@ -159,7 +164,6 @@ class NgramDrafter(Drafter):
 
     def extend(self, tokens: Iterable[int]) -> None:
         """Tokens appended to the sequence."""
-        n = self._config.size_n
         for token in tokens:
             self._check_shadow(token)
             source = self._source
@@ -167,8 +171,9 @@ class NgramDrafter(Drafter):
                 self._source = source + 1 if self.tokens[source] == token else None
             self.tokens.append(token)
             end = len(self.tokens) - 1
-            if end >= n:
-                self._ends[tuple(self.tokens[end - n : end])] = end
+            for n, ends in self._ends.items():
+                if end >= n:
+                    ends[tuple(self.tokens[end - n : end])] = end
 
     def _check_shadow(self, token: int) -> None:
         shadow = self._shadow
@@ -182,9 +187,10 @@ class NgramDrafter(Drafter):
         self._shadow, self._shadow_matched = (), 0
 
     def _lookup(self, limit: int) -> tuple[int, ...]:
-        n, tokens = self._config.size_n, self.tokens
-        if self._source is None and len(tokens) > n:
-            self._source = self._ends.get(tuple(tokens[-n:]))
+        tokens = self.tokens
+        for n, ends in self._ends.items():
+            if self._source is None and len(tokens) > n:
+                self._source = ends.get(tuple(tokens[-n:]))
         source = self._source
         return () if source is None else tuple(tokens[source : source + limit])
 
