@@ -147,8 +147,9 @@ def test_a_long_prompt_never_stalls_a_decoding_stream(batched: ServerProcess) ->
     steps, prompt_steps, generated = (
         new - old for new, old in zip(_read(batched, names), before, strict=True)
     )
-    # The prompt took several chunks (the batch holds 64 tokens, one of them the stream's).
-    assert prompt_steps >= prompt_tokens // 63 >= 3
+    # The prompt took several chunks: the batch holds 64 tokens, and beside another running
+    # stream a step feeds at most half of them from prompts.
+    assert prompt_steps >= prompt_tokens // 32 >= 6
     # Every step gave the decoding stream a token (one of the tokens is the prompt's answer);
     # the first reading may fall between a step and its tokens, hence one of slack.
     assert abs(steps - (generated - 1)) <= 1

@@ -222,23 +222,40 @@ class Scheduler:
             logger.info("cancelled after %d tokens", running.generated, extra=about(running.job))
             self._release(running, "cancelled")
 
+    def _prompt_budget(self, room: int) -> int:
+        """Prompt tokens this step may feed, of the `room` the batch has.
+
+        A prompt alone takes the whole batch. With other sequences running, a step's prompt
+        chunks stop at half of it: a step costs about its token count, so two 128-token
+        prompts a step instead of four halve the median time to first token of a wave of
+        arrivals (each comes out a step sooner) and halve each stall of the decoding
+        streams, for the same work in all (bench figures in the commit that made it)."""
+        if len(self._running) == 1:
+            return room
+        return min(room, max(1, self._generator.max_feed_tokens // 2))
+
     def _feeds(self) -> list[Feed]:
         decoding = [r for r in self._running if not r.prefilling]
-        budget = max(1, self._generator.max_feed_tokens - len(decoding))
+        room = max(1, self._generator.max_feed_tokens - len(decoding))
+        budget = self._prompt_budget(room)
         prompts = []
         for r in self._running:
             if r.prefilling and budget > 0:
                 end = media.chunk_end(r.job.media, r.fed, budget, len(r.job.prompt))
                 chunk = r.job.prompt[r.fed : end]
                 budget -= len(chunk)
+                room -= len(chunk)
                 # With no token to generate (max_tokens 0) the prompt is only evaluated.
                 last = end == len(r.job.prompt)
                 sample = last and r.job.params.max_tokens > 0
                 rows = media.rows_in(r.job.media, r.fed, end)
                 mrope = media.mrope_in(r.job.media, r.fed, end)
                 prompts.append(Feed(r.slot, chunk, sample, rows, mrope=mrope))
-        # Drafts take what the prompts leave of the batch, so they never delay a first token.
-        drafts = self._speculation.drafts(decoding, budget)
+        # Drafts take what the prompts leave of the batch, so they never delay a first token:
+        # nothing beyond the prompts' budget while a prompt still waits for more of it.
+        left = sum(len(r.job.prompt) - r.fed for r in self._running if r.prefilling)
+        waiting = left > sum(len(f.tokens) for f in prompts)
+        drafts = self._speculation.drafts(decoding, budget if waiting else room)
         feeds = [
             Feed(r.slot, (r.last_token,), True, draft=draft)
             for r, draft in zip(decoding, drafts, strict=True)
