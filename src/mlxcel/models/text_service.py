@@ -22,6 +22,7 @@ from mlxcel.media.audio import Media
 from mlxcel.models.loader import TextEngine, backend_label, load_text_engine
 from mlxcel.models.textgen import TextFacts, TextSequence
 from mlxcel.models.worker import StreamSink
+from mlxcel.serving.tokens import longest_token
 
 
 class TextService:
@@ -64,6 +65,7 @@ class TextService:
             engine.chat_template,
             engine.tool_call_parser,
             kv_cache,
+            longest_token(generator),
             rate,
         )
 

@@ -49,6 +49,8 @@ class TextFacts:
     tool_call_parser: str
     kv_cache: KvCacheInfo | None
     """The KV cache's types and bytes, where the engine knows them (/props)."""
+    longest_token: int
+    """The most bytes of text one token stands for (serving/tokens.py's size check)."""
     audio_rate: int | None = None
     """Samples per second the model's audio projector takes (None: it takes no audio)."""
 
@@ -99,6 +101,10 @@ class RemoteTextModel:
     @property
     def kv_cache(self) -> KvCacheInfo | None:
         return self._facts.kv_cache
+
+    @property
+    def longest_token(self) -> int:
+        return self._facts.longest_token
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         tokens: list[int] = self._worker.call("tokenize", text, add_special, parse_special)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 from mlxcel.engine.types import TextModel
 from mlxcel.protocol.common import Prompt
@@ -15,8 +16,19 @@ _SIZE_SLACK = 4
 _longest_tokens: weakref.WeakKeyDictionary[TextModel, int] = weakref.WeakKeyDictionary()
 
 
+@runtime_checkable
+class KnowsLongestToken(Protocol):
+    """A model that was told its longest token (a worker's model: its worker measured it at
+    load, so no request asks the worker for the whole vocabulary)."""
+
+    @property
+    def longest_token(self) -> int: ...
+
+
 def longest_token(generator: TextModel) -> int:
     """The most bytes of text one of the model's tokens stands for (computed once a model)."""
+    if isinstance(generator, KnowsLongestToken):
+        return generator.longest_token
     longest = _longest_tokens.get(generator)
     if longest is None:
         pieces = generator.token_pieces(range(generator.n_vocab), special=True)
