@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 import warnings
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -39,18 +40,11 @@ def cache_root() -> Path:
 
 
 def _export_key(folder: Path, part: str) -> str:
-    """A digest of the folder's weights and configs and of the exporting versions."""
-    import sentence_transformers
-    import torch
-    import transformers
-
+    """A digest of the folder's weights and configs and of the exporting versions (read from
+    the packages' metadata: a reranker never imports sentence-transformers, whose import takes
+    scikit-learn, scipy and pandas along)."""
     digest = hashlib.sha256()
-    for name in (
-        part,
-        torch.__version__,
-        transformers.__version__,
-        sentence_transformers.__version__,
-    ):
+    for name in (part, *(version(p) for p in ("torch", "transformers", "sentence-transformers"))):
         digest.update(name.encode() + b"\0")
     for file in sorted(folder.resolve().rglob("*")):
         if file.is_file() and file.suffix in _WEIGHT_SUFFIXES:
