@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,12 +81,29 @@ def client(server: ServerProcess) -> openai.OpenAI:
 
 
 @pytest.fixture(scope="session")
-def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def built_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder for the run's digest-named builds of bench/models.py and its kin, one for
+    all pytest workers: a model is built once a run (write_once renames a build whole, so a
+    worker never sees another's half-written file)."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "built-models"
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(built_models: Path) -> Path:
     """bench/models.py's random-weight GGUF, SmolLM2's vocabulary and all, cut to two layers:
     built once for every test file that loads it."""
     from bench.models import SHAPES, build, tiny
 
-    return build(tiny(SHAPES["smollm2-135m"]), tmp_path_factory.mktemp("gguf")).path
+    return build(tiny(SHAPES["smollm2-135m"]), built_models).path
+
+
+@pytest.fixture(scope="session")
+def fim_gguf(built_models: Path) -> Path:
+    """tiny_gguf's shape with StarCoder's FIM tokens where SmolLM2 has others."""
+    from bench.models import SHAPES, build, tiny
+
+    return build(tiny(SHAPES["smollm2-135m"]), built_models, fim=True).path
 
 
 @pytest.fixture(scope="session")

@@ -63,7 +63,7 @@ def test_batched_drafts_match_solo_output(server: ServerProcess, drafted: Server
     batched_matches_solo(server, drafted, "Explain this code.")
 
 
-def test_bad_draft_models_are_refused(tmp_path: Path) -> None:
+def test_bad_draft_models_are_refused(tmp_path: Path, fim_gguf: Path) -> None:
     absent = tmp_path / "absent.gguf"
     assert _refused(tmp_path, "-md", str(absent)).endswith(f"--model-draft {absent}: no such file")
     gguf = str(default_gguf())
@@ -75,14 +75,11 @@ def test_bad_draft_models_are_refused(tmp_path: Path) -> None:
     assert _refused(tmp_path, "--config", str(config)).endswith(
         f"models[0]: --model-draft {absent}: no such file"
     )
-    from bench.models import SHAPES, build, tiny
-
     # The same size of vocabulary, but FIM tokens where SmolLM2 has others.
-    other = build(tiny(SHAPES["smollm2-135m"]), tmp_path / "fim", fim=True).path
-    code, lines = _serve("-m", gguf, "-md", str(other), "--no-warmup")
+    code, lines = _serve("-m", gguf, "-md", str(fim_gguf), "--no-warmup")
     assert code == 2
     assert (
         "has another vocabulary than the model (token 7 is b'<gh_stars>' in the model"
         in (lines[-1])
     ), lines
-    assert str(other) in lines[-1]
+    assert str(fim_gguf) in lines[-1]

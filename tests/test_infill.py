@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from bench.models import SHAPES, build, tiny
 
 from mlxcel.backends.llamacpp.generator import LlamaCppGenerator, LlamaCppOptions
 from mlxcel.protocol.infill import ExtraFile
@@ -32,14 +32,13 @@ BODY: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def fim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def fim_server(tmp_path_factory: pytest.TempPathFactory, fim_gguf: Path) -> Iterator[ServerProcess]:
     """A tiny random-weight GGUF with StarCoder's FIM tokens, from the benchmark builder."""
-    model = build(tiny(SHAPES["smollm2-135m"]), tmp_path_factory.mktemp("fim-model"), fim=True)
     yield from serving(
         tmp_path_factory,
         "fim",
         "-m",
-        str(model.path),
+        str(fim_gguf),
         "--ctx-size",
         str(CTX),
         "--batch-size",
