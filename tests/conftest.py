@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, stop_the_stopping
 
 # The tiny random-weight MLX models the tests build (tests/mlx_model.py).
 LLAMA_DIR = "tiny-llama-0.1"
@@ -51,10 +51,16 @@ def start(tmp: Path, *args: str, ready_timeout: float = 120, **kwargs: object) -
 
 
 def serving(tmp: pytest.TempPathFactory, name: str, *args: str) -> Iterator[ServerProcess]:
-    """A module-scoped fixture's server: started in its own folder, stopped after the module."""
+    """A module-scoped fixture's server: started in its own folder, told to stop after the
+    module (without waiting: see ServerProcess.stop_soon)."""
     proc = start(tmp.mktemp(name), *args)
     yield proc
-    proc.stop()
+    proc.stop_soon()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Every server that `stop_soon` left exiting has exited."""
+    stop_the_stopping()
 
 
 def applied_prompt(server: ServerProcess, messages: list[dict[str, Any]], **body: Any) -> str:

@@ -41,7 +41,7 @@ def models_server(tmp_path_factory: pytest.TempPathFactory, cache: Path) -> Iter
     )
     proc = start(folder, "--config", str(config), env={"XDG_CACHE_HOME": str(cache)})
     yield proc
-    proc.stop()
+    proc.stop_soon()
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         env={"MLXCEL_API_KEY": "from-env,second-env"},
     )
     yield proc
-    proc.stop()
+    proc.stop_soon()
 
 
 def test_missing_and_wrong_keys_are_401(keyed: ServerProcess) -> None:

@@ -40,7 +40,7 @@ def engine(
         args = ("-c", "2048")
     proc = start(tmp, *args)
     yield proc
-    proc.stop()
+    proc.stop_soon()
 
 
 @pytest.fixture(scope="module")

@@ -240,7 +240,7 @@ def test_user_is_accepted(client: openai.OpenAI) -> None:
 def cold_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = start(tmp_path_factory.mktemp("cold"), "--temp", "0", "--top-k", "1")
     yield proc
-    proc.stop()
+    proc.stop_soon()
 
 
 def test_server_sampling_flags_are_the_defaults(cold_server: ServerProcess) -> None:

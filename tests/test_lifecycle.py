@@ -24,7 +24,7 @@ def unix_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
     tmp = tmp_path_factory.mktemp("uds")
     proc = start(tmp, socket_path=tmp / "mlxcel.sock")
     yield proc
-    proc.stop()
+    proc.stop_soon()
 
 
 def test_unix_socket_is_private_and_serves_openai(unix_server: ServerProcess) -> None:

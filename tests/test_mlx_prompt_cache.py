@@ -135,14 +135,14 @@ def _mlx_server(models: Path, tmp: pytest.TempPathFactory, *args: str) -> Server
 def cached(models: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = _mlx_server(models, tmp_path_factory)
     yield proc
-    proc.stop()
+    proc.stop_soon()
 
 
 @pytest.fixture(scope="module")
 def uncached(models: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = _mlx_server(models, tmp_path_factory, "--cache-ram", "0")
     yield proc
-    proc.stop()
+    proc.stop_soon()
 
 
 def _back_to_the_moon(server: ServerProcess) -> tuple[bool, int, int, float]:

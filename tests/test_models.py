@@ -76,7 +76,7 @@ models:
     )
     proc = start(tmp, "--config", str(config))
     yield proc
-    proc.stop()
+    proc.stop_soon()
 
 
 def test_on_demand_model_loads_once_for_concurrent_first_requests(multi: ServerProcess) -> None:

@@ -200,7 +200,7 @@ def test_input_tokens_count_prompts_longer_than_the_context(http: httpx.Client) 
 def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = start(tmp_path_factory.mktemp("native-keyed"), "--api-key", "sesame")
     yield proc
-    proc.stop()
+    proc.stop_soon()
 
 
 def test_native_routes_need_the_key(keyed: ServerProcess) -> None:

@@ -147,7 +147,7 @@ def engine(
         n_vocab = TINY_LLAMA.vocab
     proc = start(tmp, *args, "-c", "1024")
     yield Engine(proc, n_vocab)
-    proc.stop()
+    proc.stop_soon()
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ def thinker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
     """The default model behind a template with <think> tags: the reasoning parser is auto."""
     proc = start(tmp_path_factory.mktemp("thinker"), "--chat-template-file", str(TEMPLATE))
     yield proc
-    proc.stop()
+    proc.stop_soon()
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ def kokoro_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     )
     proc = start(folder, "--config", str(config))
     yield proc
-    proc.stop()
+    proc.stop_soon()
 
 
 @pytest.fixture(scope="module")

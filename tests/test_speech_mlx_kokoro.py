@@ -26,7 +26,7 @@ def mlx_kokoro_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serv
     config.write_text(f"models:\n  - model: {NAME}\n    kind: speech\n")
     proc = start(folder, "--config", str(config))
     yield proc
-    proc.stop()
+    proc.stop_soon()
 
 
 @pytest.mark.slow

@@ -36,7 +36,7 @@ def batched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
         "64",
     )
     yield proc
-    proc.stop()
+    proc.stop_soon()
 
 
 def _client(server: ServerProcess) -> openai.OpenAI:

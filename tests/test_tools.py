@@ -280,7 +280,7 @@ def test_bad_tool_requests_are_400(server: ServerProcess, body: dict[str, Any], 
 def thinking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc = start(tmp_path_factory.mktemp("think"), "--reasoning-parser", "qwen3")
     yield proc
-    proc.stop()
+    proc.stop_soon()
 
 
 # Forces the default model (which never thinks) to write qwen3-style thinking, tags included.
@@ -350,7 +350,7 @@ def parser_server(
 ) -> Iterator[ServerProcess]:
     proc = start(tmp_path_factory.mktemp(request.param), "--tool-call-parser", request.param)
     yield proc
-    proc.stop()
+    proc.stop_soon()
 
 
 @pytest.mark.slow

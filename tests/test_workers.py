@@ -52,7 +52,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     )
     proc = start(tmp, "--config", str(config))
     yield proc
-    proc.stop()
+    proc.stop_soon()
 
 
 def _listed(server: ServerProcess) -> dict[str, dict[str, Any]]:
