@@ -70,6 +70,19 @@ def ask(client: openai.OpenAI, *parts: dict[str, Any], **extra: Any) -> Any:
     )  # fmt: skip
 
 
+def streams_as_whole(client: openai.OpenAI, whole: Any, *parts: dict[str, Any], steps: int) -> None:
+    """The same request streamed says what `whole` said, with the same prompt tokens."""
+    stream = client.chat.completions.create(
+        model="m", messages=messages(*parts), max_tokens=steps, temperature=0, stream=True,
+        stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+
+
 def top(answer: Any) -> list[tuple[str, float]]:
     return [
         (t.token, round(t.logprob, 5)) for t in answer.choices[0].logprobs.content[0].top_logprobs
@@ -107,16 +120,7 @@ def test_same_clip_same_answer_other_clip_other_logprobs(hears: ServerProcess) -
 
 def test_streaming_with_a_clip_counts_the_same(hears: ServerProcess) -> None:
     client = hears.openai()
-    whole = ask(client, audio_part(WAV))
-    stream = client.chat.completions.create(
-        model="m", messages=messages(audio_part(WAV)), max_tokens=3, temperature=0,
-        stream=True, stream_options={"include_usage": True},
-    )  # fmt: skip
-    chunks = list(stream)
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text == whole.choices[0].message.content
-    assert chunks[-1].usage is not None
-    assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+    streams_as_whole(client, ask(client, audio_part(WAV)), audio_part(WAV), steps=3)
 
 
 def test_the_projector_lists_audio(hears: ServerProcess) -> None:

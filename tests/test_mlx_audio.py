@@ -27,7 +27,16 @@ from tests.conftest import applied_prompt, serving
 from tests.media_util import data_uri, image_bytes
 from tests.mlx_gemma4 import AUDIO_SEQ_LENGTH, MEDIA_TOKENS, MS_PER_TOKEN, build_gemma4_model
 from tests.server_process import ServerProcess
-from tests.test_audio_input import OTHER_WAV, RATE, WAV, audio_part, messages, refused, tone
+from tests.test_audio_input import (
+    OTHER_WAV,
+    RATE,
+    WAV,
+    audio_part,
+    messages,
+    refused,
+    streams_as_whole,
+    tone,
+)
 from tests.test_mlx_vision_mrope import alone_and_together
 
 # Building the model and starting its server takes most of a minute on a busy 2-core machine.
@@ -141,15 +150,7 @@ def test_streaming_with_a_clip_and_an_image_counts_the_same(gemma4: ServerProces
     client = gemma4.openai()
     parts = (image_part(PNG), audio_part(WAV))
     whole = ask(client, *parts)
-    stream = client.chat.completions.create(
-        model="m", messages=messages(*parts), max_tokens=STEPS, temperature=0, stream=True,
-        stream_options={"include_usage": True},
-    )  # fmt: skip
-    chunks = list(stream)
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text == whole.choices[0].message.content
-    assert chunks[-1].usage is not None
-    assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+    streams_as_whole(client, whole, *parts, steps=STEPS)
     assert whole.usage.prompt_tokens > ask(client, audio_part(WAV)).usage.prompt_tokens
 
 
