@@ -239,22 +239,26 @@ class Scheduler:
         room = max(1, self._generator.max_feed_tokens - len(decoding))
         budget = self._prompt_budget(room)
         prompts = []
+        waiting = False  # a prompt left with more to feed after this step
         for r in self._running:
-            if r.prefilling and budget > 0:
-                end = media.chunk_end(r.job.media, r.fed, budget, len(r.job.prompt))
-                chunk = r.job.prompt[r.fed : end]
-                budget -= len(chunk)
-                room -= len(chunk)
-                # With no token to generate (max_tokens 0) the prompt is only evaluated.
-                last = end == len(r.job.prompt)
-                sample = last and r.job.params.max_tokens > 0
-                rows = media.rows_in(r.job.media, r.fed, end)
-                mrope = media.mrope_in(r.job.media, r.fed, end)
-                prompts.append(Feed(r.slot, chunk, sample, rows, mrope=mrope))
+            if not r.prefilling:
+                continue
+            if budget <= 0:
+                waiting = True
+                continue
+            end = media.chunk_end(r.job.media, r.fed, budget, len(r.job.prompt))
+            chunk = r.job.prompt[r.fed : end]
+            budget -= len(chunk)
+            room -= len(chunk)
+            # With no token to generate (max_tokens 0) the prompt is only evaluated.
+            last = end == len(r.job.prompt)
+            waiting = waiting or not last
+            sample = last and r.job.params.max_tokens > 0
+            rows = media.rows_in(r.job.media, r.fed, end)
+            mrope = media.mrope_in(r.job.media, r.fed, end)
+            prompts.append(Feed(r.slot, chunk, sample, rows, mrope=mrope))
         # Drafts take what the prompts leave of the batch, so they never delay a first token:
         # nothing beyond the prompts' budget while a prompt still waits for more of it.
-        left = sum(len(r.job.prompt) - r.fed for r in self._running if r.prefilling)
-        waiting = left > sum(len(f.tokens) for f in prompts)
         drafts = self._speculation.drafts(decoding, budget if waiting else room)
         feeds = [
             Feed(r.slot, (r.last_token,), True, draft=draft)
