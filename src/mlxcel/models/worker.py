@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from mlxcel.config import ModelConfig
 from mlxcel.engine.handle import Cancellable
 from mlxcel.logs import configure, request_scope
+from mlxcel.models.memory import keep_freed_memory
 from mlxcel.models.wire import (
     Call,
     Cancel,
@@ -266,6 +267,7 @@ def main(argv: list[str]) -> None:
     conn = Connection(int(argv[1]))
     setup: Setup = conn.recv()
     configure(setup.log_level, setup.log_format)
+    keep_freed_memory()
     outbox = Outbox(conn)
     try:
         service = open_service(setup.config, outbox)
