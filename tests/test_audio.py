@@ -259,6 +259,22 @@ def test_speech_streams_sentence_by_sentence(client: openai.OpenAI) -> None:
     assert b"".join(pieces) == spoken(client, text, "pcm")
 
 
+def test_speech_is_hibaris_own_sentence_for_sentence(client: openai.OpenAI) -> None:
+    """The server makes each sentence's network output ahead of its vocoder: the samples are
+    still those of hibari's own stream, in order, the noise drawn in the same order."""
+    from hibari import Hibari
+    from hibari.voices import DEFAULT, voice_path
+
+    from mlxcel.backends.audio.encode import AudioEncoder
+    from mlxcel.backends.audio.hibari_voice import NOISE_SEED
+
+    voice = Hibari(voice=DEFAULT, model=voice_path(DEFAULT, download_missing=False))
+    text = " ".join(SENTENCES) + " !!! " + SENTENCE
+    encoder = AudioEncoder("pcm", voice.sample_rate, streaming=True)
+    own = b"".join(encoder.feed(chunk) for chunk in voice.stream(text, seed=NOISE_SEED))
+    assert spoken(client, text, "pcm") == own + encoder.finish()
+
+
 def test_speech_sse_events(audio_server: ServerProcess, client: openai.OpenAI) -> None:
     body = {"input": " ".join(SENTENCES), "voice": "heart", "response_format": "mp3"}
     with audio_server.http() as http:
