@@ -43,7 +43,8 @@ logger = logging.getLogger(__name__)
 # The threads streams run on, kept between them: starting a thread waits for it to take the
 # GIL, which another stream's Python holds for milliseconds at a time (from a speech stream's
 # message to its thread running: 0.11-0.47 ms on a new thread and up to 4.4 ms, 0.11-0.35 ms
-# on a kept one). The HTTP process bounds a model's streams at once to its `parallel` (<= 4).
+# on a kept one). The HTTP process bounds a model's streams at once to its `parallel`; past 8
+# a stream waits for a thread, as a request waits for a place.
 _STREAMS = ThreadPoolExecutor(8, thread_name_prefix="stream")
 
 
