@@ -78,6 +78,8 @@ def test_same_pixels_same_digest_other_pixels_other_digest() -> None:
     [
         ("data:image/bmp;base64,AAAA", "invalid_image", "image type 'image/bmp' is not supported"),
         ("data:image/png;base64,@@@", "invalid_image", "image data is not valid base64"),
+        ("data:image/png;base64,iVBORw0", "invalid_image", "image data is not valid base64"),
+        ("data:image/png;base64,iVBORéw0", "invalid_image", "image data is not valid base64"),
         ("data:image/png,abc", "invalid_image_url", "data: URIs must be base64 encoded"),
         (data_uri(b"not an image"), "invalid_image", "could not decode the image"),
         ("ftp://example.com/a.png", "invalid_image_url", "image_url must be a data: URI"),

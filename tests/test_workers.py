@@ -12,12 +12,18 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import openai
 import pytest
 
+from mlxcel.config import ModelConfig
+from mlxcel.engine.types import EngineError, MediaSpan, SamplingParams
+from mlxcel.media.images import Image
+from mlxcel.models.text_service import TextService
+from mlxcel.models.textgen import MODEL_UNAVAILABLE
 from tests._client_util import default_gguf
 from tests.audio_util import written_as
 from tests.conftest import ok, start
@@ -234,3 +240,57 @@ def test_the_workers_end_with_their_server(pair: ServerProcess) -> None:
     pair.process.kill()
     pair.process.wait()
     _wait_for(lambda: not any(alive(pid) for pid in workers), "ended with their server")
+
+
+class _Projecting:
+    """A generator with a projector, as the worker's TextService sees one: each image is two
+    rows of its own, and the scheduler records what it is given."""
+
+    media_marker = "<__media__>"
+    audio_rate = None
+
+    def __init__(self) -> None:
+        self.submitted: list[Any] = []
+        self.scheduler = self
+        self.generator = self
+
+    def tokenize_with_media(
+        self, text: str, media: list[Image]
+    ) -> tuple[list[int], tuple[MediaSpan, ...]]:
+        spans = tuple(
+            MediaSpan(1 + 2 * i, np.full((2, 4), i + 1, np.float32), image.digest)
+            for i, image in enumerate(media)
+        )
+        return [1] + [-1] * 2 * len(media), spans
+
+    def submit(self, sequences: list[Any]) -> None:
+        self.submitted.extend(sequences)
+
+
+def _image(digest: str) -> Image:
+    return Image(1, 1, b"\0\0\0", digest)
+
+
+def test_the_worker_keeps_media_rows_for_the_generation() -> None:
+    """The HTTP process gets a prompt's media spans without their rows (590 KB for a 512x512
+    image, there and back again); the generation gets them back, and one whose rows are gone
+    is refused with a 503 that says to retry."""
+    engine = _Projecting()
+    service = TextService(ModelConfig(model=default_gguf()), engine)  # type: ignore[arg-type]
+    tokens, spans = service.tokenize_with_media(
+        "a <__media__> b <__media__>", [_image("x"), _image("y")]
+    )
+    assert [span.embeddings.shape for span in spans] == [(2, 0), (2, 0)]
+    assert [span.end for span in spans] == [3, 5]
+    params = SamplingParams(max_tokens=1, temperature=0, top_p=1, top_k=0, min_p=0)
+    service.generate(["sink"], [(tokens, params, spans)])  # type: ignore[list-item]
+    ((sink, given, given_params, restored),) = engine.submitted
+    assert (sink, given, given_params) == ("sink", tokens, params)
+    assert [span.embeddings.tolist() for span in restored] == [[[1.0] * 4] * 2, [[2.0] * 4] * 2]
+    (unknown,) = _Projecting().tokenize_with_media("<__media__>", [_image("z")])[1]
+    gone = replace(unknown, embeddings=np.empty((2, 0), np.float32))
+    with pytest.raises(EngineError) as refused:
+        service.generate(["sink"], [(tokens, params, (gone,))])  # type: ignore[list-item]
+    assert refused.value.code == MODEL_UNAVAILABLE
+    assert "retry" in str(refused.value)
+    assert len(engine.submitted) == 1
