@@ -4,8 +4,10 @@ It reads its `Setup` from the connection on file descriptor FD, loads the model 
 engine thread runs in this process), answers `Ready` with what the HTTP process keeps of it,
 then serves calls, streams and cancellations (`models/wire.py`) until `Stop`, or until the HTTP
 process goes away. Calls run on a few threads of their own, so a slow one never holds up a
-stream's start or a cancellation; everything the worker sends goes through one sender thread
-that writes whatever has piled up as one message.
+stream's start or a cancellation. A call's thread writes its reply itself, at once; everything
+else the worker sends (stream items, metric calls) goes through one sender thread that writes
+whatever has piled up as one message (a text model's step of eight streams is one write, and
+a sentence of audio goes with its stream's end).
 """
 
 from __future__ import annotations
@@ -53,12 +55,19 @@ class Outbox:
         self._conn = conn
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._closed = threading.Event()
+        self._writing = threading.Lock()
         self._thread = threading.Thread(target=self._send, name="outbox", daemon=True)
         self._thread.start()
 
     def put(self, message: object) -> None:
-        """Send `message` soon (any thread)."""
+        """Send `message` soon, with whatever else is waiting (any thread)."""
         self._queue.put(message)
+
+    def send_now(self, message: object) -> None:
+        """Send `message` from this thread, now: a call's reply, which a thread of the HTTP
+        process waits for, goes without a wake-up of the sender thread first (0.1-0.15 ms
+        sooner here). It may pass what `put` queued before it."""
+        self._write([message])
 
     def close(self) -> None:
         """Send what is queued, then stop."""
@@ -73,14 +82,18 @@ class Outbox:
             closing = self._closed in batch
             if closing:
                 batch.remove(self._closed)
+            if batch:
+                self._write(batch)
+            if closing:
+                return
+
+    def _write(self, messages: list[object]) -> None:
+        with self._writing:
             try:
-                if batch:
-                    self._conn.send(batch)
+                self._conn.send(messages)
             except OSError:
                 # The HTTP process is gone: nobody is left to serve.
                 os._exit(0)
-            if closing:
-                return
 
 
 class ForwardedMetrics:
@@ -228,9 +241,9 @@ class Dispatcher:
                     raise AttributeError(f"no call named '{call.method}'")
                 value = getattr(self._service, call.method)(*call.args)
             except Exception as exc:
-                self._outbox.put(Raised(call.id, picklable(exc)))
+                self._outbox.send_now(Raised(call.id, picklable(exc)))
                 return
-        self._outbox.put(Reply(call.id, value))
+        self._outbox.send_now(Reply(call.id, value))
 
     def _start(self, stream: Stream) -> None:
         sinks = [
