@@ -12,12 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import numpy as np
 import openai
 import pytest
 from bench.models import SHAPES, tiny
 from bench.vision_models import VisionShape
 from bench.vision_models import build as build_projector
 
+from mlxcel.backends.llamacpp.generator import LlamaCppGenerator, LlamaCppOptions
+from mlxcel.media.images import MEDIA_MARKER, decode
 from tests.conftest import serving
 from tests.media_util import MIME, bomb_png, data_uri, http_server, image_bytes
 from tests.server_process import ServerProcess
@@ -367,3 +370,50 @@ def test_responses_history_keeps_its_images(vision: ServerProcess) -> None:
         max_output_tokens=1,
     )
     assert tool_turn.usage.input_tokens > PROJECTOR.image_tokens
+
+
+def _laid_out(generator: Any, question: str, image: Any) -> tuple[list[int], list[Any]]:
+    tokens, spans = generator.tokenize_with_media(
+        f"<|im_start|>user\n{question} {MEDIA_MARKER}<|im_end|>\n", [image]
+    )
+    return tokens, [(s.start, s.digest, s.embeddings.tobytes()) for s in spans]
+
+
+def test_a_cached_image_is_laid_out_as_its_first_time(files: dict[str, Path]) -> None:
+    """An image whose rows are cached goes to libmtmd as a tiny stand-in (its preprocessing
+    is all the time a cache hit took): the prompt comes out as a fresh projector lays it out
+    with the image itself. A stand-in laid out otherwise than its image (here: a token count
+    made wrong) is not trusted again: the image itself is used, and the answer is the same."""
+    image, other = (decode(image_bytes(color=c), 10**8) for c in (30, 90))
+
+    def generator() -> LlamaCppGenerator:
+        return LlamaCppGenerator(
+            files["text"], LlamaCppOptions(1024, 1, 1, 512, 512, mmproj=files["mmproj"])
+        )
+
+    cached, fresh = generator(), generator()
+    try:
+        projector = cached._projector
+        assert projector is not None
+        stood_in: list[int] = []
+        stand_in = projector._stand_in
+
+        def counted(index: int) -> Any:
+            stood_in.append(index)
+            return stand_in(index)
+
+        projector._stand_in = counted  # type: ignore[method-assign]
+        _laid_out(cached, "First?", image)
+        assert stood_in == []
+        assert _laid_out(cached, "Second?", image) == _laid_out(fresh, "Second?", image)
+        assert stood_in == [0]
+        _laid_out(cached, "First?", other)
+        wrong = PROJECTOR.image_tokens + 1
+        projector._layouts.put(other.digest, wrong)
+        projector._cache.put(f"{other.digest}:{wrong}", np.zeros((wrong, 4), np.float32))
+        assert _laid_out(cached, "Third?", other) == _laid_out(fresh, "Third?", other)
+        assert not projector._stand_ins_fit
+        assert _laid_out(cached, "Fourth?", image) == _laid_out(fresh, "Fourth?", image)
+    finally:
+        cached.close()
+        fresh.close()
