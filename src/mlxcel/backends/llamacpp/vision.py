@@ -188,12 +188,15 @@ class Projector:
             index = int(mtmd.mtmd_input_chunk_get_id(chunk) or b"0")
             n_tokens = int(mtmd.mtmd_input_chunk_get_n_tokens(chunk))
             counts.setdefault(index, []).append(n_tokens)
-            # An image is one chunk (or, cut in tiles, several); a clip's k-th window is named
-            # by the clip and k.
+            # A clip's k-th window is named by the clip and k, and so is an image's k-th
+            # chunk past its first: llava-uhd style projectors (MiniCPM-V, Idefics3, Llama 4)
+            # cut a large image into an overview and slices of one size, which under the
+            # image's own name would all find the first slice's rows in the cache.
             digest = media[index].digest
-            if isinstance(media[index], Audio):
-                digest = hashlib.sha256(f"{digest}:{windows[index]}".encode()).hexdigest()
-                windows[index] += 1
+            part = windows[index]
+            windows[index] += 1
+            if isinstance(media[index], Audio) or part:
+                digest = hashlib.sha256(f"{digest}:{part}".encode()).hexdigest()
             if index in stand_ins:
                 if counts[index] != [stand_ins[index]]:
                     return None
