@@ -92,6 +92,33 @@ def write(shape: VisionShape, path: Path, seed: int = 0) -> None:
     finish(writer, ((name, _values(name, dims, seed)) for name, dims in tensors(shape)))
 
 
+# An Idefics3-style projector's pixel shuffle: each side of the patch grid shrinks by this.
+IDEFICS3_SCALE = 2
+
+
+def write_idefics3(shape: VisionShape, path: Path, seed: int = 0) -> None:
+    """An Idefics3-style (llava-uhd) projector GGUF at `path`: libmtmd cuts an image larger
+    than twice `image_size` into slices of `image_size` and an overview, each a chunk of its
+    own of (image_size / patch_size / IDEFICS3_SCALE)^2 tokens."""
+    writer = GGUFWriter(path, "clip")
+    writer.add_name("random idefics3-style projector")
+    add_tower(writer, "idefics3", shape, 1e-6)
+    writer.add_uint32("clip.vision.projector.scale_factor", IDEFICS3_SCALE)
+    writer.add_uint32("clip.vision.preproc_image_size", 2 * shape.image_size)
+    writer.add_vision_image_mean([0.5, 0.5, 0.5])
+    writer.add_vision_image_std([0.5, 0.5, 0.5])
+    n = shape.hidden
+    named = [
+        ("v.patch_embd.weight", (n, 3, shape.patch_size, shape.patch_size)),
+        ("v.position_embd.weight", (shape.image_tokens, n)),
+        *blocks(shape),
+        ("v.post_ln.weight", (n,)),
+        ("v.post_ln.bias", (n,)),
+        ("mm.model.fc.weight", (shape.text_hidden, n * IDEFICS3_SCALE**2)),
+    ]
+    finish(writer, ((name, _values(name, dims, seed)) for name, dims in named))
+
+
 def add_tower(writer: GGUFWriter, projector: str, shape: Any, eps: float) -> None:
     """The keys of a vision tower of `shape` (a shape dataclass with VisionShape's fields)
     under llama.cpp's projector type `projector`."""
@@ -127,6 +154,11 @@ def cached(prefix: str, shape: Any, out_dir: Path, seed: int, write: Writer) -> 
 def build(shape: VisionShape, out_dir: Path, seed: int = 0) -> Path:
     """The projector for `shape`, written unless `out_dir` already holds it."""
     return cached("random-mmproj", shape, out_dir, seed, write)
+
+
+def build_idefics3(shape: VisionShape, out_dir: Path, seed: int = 0) -> Path:
+    """The Idefics3-style projector for `shape`, written unless `out_dir` already holds it."""
+    return cached("random-idefics3-mmproj", shape, out_dir, seed, write_idefics3)
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ import numpy as np
 import openai
 import pytest
 from bench.models import SHAPES, tiny
-from bench.vision_models import VisionShape
+from bench.vision_models import VisionShape, build_idefics3
 from bench.vision_models import build as build_projector
 
 from mlxcel.backends.llamacpp.generator import LlamaCppGenerator, LlamaCppOptions
@@ -417,3 +417,25 @@ def test_a_cached_image_is_laid_out_as_its_first_time(files: dict[str, Path]) ->
     finally:
         cached.close()
         fresh.close()
+
+
+def test_each_slice_of_an_image_is_embedded_as_itself(
+    tmp_path: Path, files: dict[str, Path]
+) -> None:
+    """An Idefics3-style projector cuts a large image into slices and an overview of the same
+    token count, all carrying the image's id: each is its own span with its own rows (they
+    used to share one cache key, so every chunk after the first got the first one's rows),
+    and the image sent again is laid out the same from the cache."""
+    mmproj = build_idefics3(PROJECTOR, tmp_path)
+    generator = LlamaCppGenerator(
+        files["text"], LlamaCppOptions(1024, 1, 1, 512, 512, mmproj=mmproj)
+    )
+    image = decode(noise_png(4 * PROJECTOR.image_size), 10**8)
+    try:
+        tokens, spans = _laid_out(generator, "Sliced?", image)
+        assert len(spans) == 5  # 2 x 2 slices and the overview
+        assert len({digest for _, digest, _ in spans}) == 5
+        assert len({rows for _, _, rows in spans}) == 5
+        assert _laid_out(generator, "Sliced?", image) == (tokens, spans)
+    finally:
+        generator.close()
