@@ -20,6 +20,7 @@ from bench.vision_models import VisionShape, build_idefics3
 from bench.vision_models import build as build_projector
 
 from mlxcel.backends.llamacpp.generator import LlamaCppGenerator, LlamaCppOptions
+from mlxcel.engine.media import rows_key
 from mlxcel.media.images import MEDIA_MARKER, decode
 from tests.conftest import serving
 from tests.media_util import MIME, bomb_png, data_uri, http_server, image_bytes
@@ -410,7 +411,7 @@ def test_a_cached_image_is_laid_out_as_its_first_time(files: dict[str, Path]) ->
         _laid_out(cached, "First?", other)
         wrong = PROJECTOR.image_tokens + 1
         projector._layouts.put(other.digest, wrong)
-        projector._cache.put(f"{other.digest}:{wrong}", np.zeros((wrong, 4), np.float32))
+        projector._cache.put(rows_key(other.digest, wrong), np.zeros((wrong, 4), np.float32))
         assert _laid_out(cached, "Third?", other) == _laid_out(fresh, "Third?", other)
         assert not projector._stand_ins_fit
         assert _laid_out(cached, "Fourth?", image) == _laid_out(fresh, "Fourth?", image)

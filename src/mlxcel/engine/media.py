@@ -79,6 +79,12 @@ def _nbytes(key: str, rows: np.ndarray) -> int:
     return int(rows.nbytes)
 
 
+def rows_key(digest: str, n_tokens: int) -> str:
+    """What `ImageRows` keeps an image's (or an audio window's) rows by: its digest and its
+    token count (a model may lay the same picture out at another size)."""
+    return f"{digest}:{n_tokens}"
+
+
 class ImageRows(Recent[str, np.ndarray]):
     """Recent images' embedding rows by key (digest and token count), least recent dropped
     first."""

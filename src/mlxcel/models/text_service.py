@@ -17,7 +17,7 @@ import numpy as np
 from mlxcel.config import ModelConfig
 from mlxcel.engine.capabilities import FillsInTheMiddle, ReportsKvCache
 from mlxcel.engine.handle import ends
-from mlxcel.engine.media import ImageRows, TakesMedia
+from mlxcel.engine.media import ImageRows, TakesMedia, rows_key
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.slots import SlotState
 from mlxcel.engine.types import EngineError, MediaSpan, TokenEvent
@@ -100,13 +100,13 @@ class TextService:
 
     def _keep(self, span: MediaSpan) -> MediaSpan:
         rows = span.embeddings
-        self._kept.put(_kept_key(span), rows)
+        self._kept.put(rows_key(span.digest, len(rows)), rows)
         return replace(span, embeddings=np.empty((len(rows), 0), rows.dtype))
 
     def _restored(self, span: MediaSpan) -> MediaSpan:
         if span.embeddings.size or not len(span.embeddings):
             return span
-        rows = self._kept.get(_kept_key(span))
+        rows = self._kept.get(rows_key(span.digest, len(span.embeddings)))
         if rows is None:
             raise EngineError(
                 "an image or audio clip of the request was embedded but dropped before its "
@@ -141,7 +141,3 @@ class TextService:
     def close(self) -> None:
         """Stop the engine thread (running requests end with an error)."""
         self._engine.scheduler.stop()
-
-
-def _kept_key(span: MediaSpan) -> str:
-    return f"{span.digest}:{len(span.embeddings)}"

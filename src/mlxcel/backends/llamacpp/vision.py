@@ -15,7 +15,7 @@ import llama_cpp.mtmd_cpp as mtmd
 import numpy as np
 from llama_cpp import _logger as llama_logger
 
-from mlxcel.engine.media import CACHE_IMAGES, ImageRows
+from mlxcel.engine.media import CACHE_IMAGES, ImageRows, rows_key
 from mlxcel.engine.positions import MropePositions
 from mlxcel.engine.types import EngineError, MediaSpan
 from mlxcel.media.audio import Audio, Media
@@ -112,7 +112,7 @@ class Projector:
             if isinstance(medium, Audio):
                 continue
             n = self._layouts.get(medium.digest)
-            if n is not None and self._cache.get(f"{medium.digest}:{n}") is not None:
+            if n is not None and self._cache.get(rows_key(medium.digest, n)) is not None:
                 known[index] = n
         return known
 
@@ -200,7 +200,7 @@ class Projector:
             if index in stand_ins:
                 if counts[index] != [stand_ins[index]]:
                     return None
-                rows = self._cache.get(f"{digest}:{n_tokens}")
+                rows = self._cache.get(rows_key(digest, n_tokens))
                 if rows is None:
                     return None
             else:
@@ -224,7 +224,7 @@ class Projector:
                 f"({max_chunk_tokens}; raise --batch-size)",
                 "invalid_request",
             )
-        key = f"{digest}:{n_tokens}"
+        key = rows_key(digest, n_tokens)
         rows = self._cache.get(key)
         if rows is not None:
             return rows

@@ -18,7 +18,7 @@ from mlx_vlm.utils import load_processor
 from mlxcel.backends.mlx.generator import MlxGenerator, MlxOptions, Slot
 from mlxcel.backends.mlx.hearing import Hearing, check_lengths, clip_rows, hearing
 from mlxcel.backends.mlx.mrope import chunk_positions, decode_positions, grid_positions
-from mlxcel.engine.media import ImageRows
+from mlxcel.engine.media import ImageRows, rows_key
 from mlxcel.engine.positions import MropePositions
 from mlxcel.engine.types import EngineError, Feed, MediaSpan
 from mlxcel.media.audio import Audio, Media
@@ -220,7 +220,7 @@ class MlxVisionGenerator(MlxGenerator):
         if any(run[-1] == len(ids) - 1 for run in runs + clip_runs):
             raise EngineError("a prompt cannot end with an image or a clip", "invalid_request")
         grids = self._grids(inputs, runs)
-        keys = [f"{image.digest}:{len(run)}" for image, run in zip(images, runs, strict=True)]
+        keys = [rows_key(image.digest, len(run)) for image, run in zip(images, runs, strict=True)]
         embeddings = self._call(self._embed_images, self._image_inputs(inputs), runs, keys)
         tokens = ids.tolist()
         spans = [
@@ -310,7 +310,7 @@ class MlxVisionGenerator(MlxGenerator):
         audio tower."""
         embedded = []
         for clip, run in zip(clips, runs, strict=True):
-            key = f"{clip.digest}:{len(run)}"
+            key = rows_key(clip.digest, len(run))
             rows = self._media_rows.get(key)
             if rows is None:
                 rows = clip_rows(self._model.input_embeddings, hears, clip, len(run))
