@@ -41,6 +41,8 @@ _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 _UNREAD = ("invalid_json", "invalid_utf8")
 # Where a checked body's value waits in the request's scope for its route.
 PARSED_JSON = "mlxcel.parsed_json"
+# The scope key of the body that value was read from.
+READ_BODY = "mlxcel.read_body"
 
 
 def _problem(value: Any, strings: bool = True) -> APIError | None:
@@ -134,6 +136,7 @@ class JsonCheck:
             return
         if body and value is not None:
             scope[PARSED_JSON] = value
+            scope[READ_BODY] = body
         sent = False
 
         async def replay() -> Message:
@@ -156,6 +159,12 @@ def _json_body(scope: Scope) -> bool:
 
 class _CheckedRequest(Request):
     """A request whose JSON body `JsonCheck` has read already."""
+
+    async def body(self) -> bytes:
+        # Starlette's own joins the replayed body with the stream's empty end: a copy of the
+        # whole body (an image's 820 KB: 0.8 ms of the event loop, a fresh buffer faulted in).
+        read: bytes | None = self.scope.get(READ_BODY)
+        return read if read is not None else await super().body()
 
     async def json(self) -> Any:
         if PARSED_JSON in self.scope:

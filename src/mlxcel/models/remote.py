@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from mlxcel.config import ModelConfig
+from mlxcel.engine.handle import handing_over
 from mlxcel.engine.metrics import RECORDED, RecordsMetrics
 from mlxcel.logs import current_request
 from mlxcel.models.memory import resident_bytes
@@ -116,6 +117,9 @@ class Worker:
         """Start a worker, wait until its model has loaded, and return it with the model's
         facts; raises LoadError (or WorkerGone if the process died loading)."""
         ours, theirs = socket.socketpair()
+        for end in (ours, theirs):
+            end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+            end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         with ours, theirs:
             process = subprocess.Popen(
                 [sys.executable, "-m", "mlxcel.models.worker", str(theirs.fileno())],
@@ -202,8 +206,10 @@ class Worker:
     def _read(self) -> None:
         try:
             while True:
-                for message in self._conn.recv():
-                    self._dispatch(message)
+                messages = self._conn.recv()
+                with handing_over():
+                    for message in messages:
+                        self._dispatch(message)
         except (EOFError, OSError):
             pass
         self._ended()
