@@ -255,8 +255,21 @@ def test_speech_streams_sentence_by_sentence(client: openai.OpenAI) -> None:
         model="tts-1", voice={"id": "heart"}, input=text, response_format="pcm"
     ) as response:
         assert response.headers["content-type"] == "audio/pcm"
+        assert response.headers["transfer-encoding"] == "chunked"
         pieces = list(response.iter_bytes(chunk_size=None))
     assert b"".join(pieces) == spoken(client, text, "pcm")
+
+
+def test_one_sentence_is_answered_whole(client: openai.OpenAI) -> None:
+    """A text of one sentence is one piece, which the worker sends with its stream's end: the
+    file goes whole, with its length (a longer text's is chunked, above)."""
+    with client.audio.speech.with_streaming_response.create(
+        model="tts-1", voice="heart", input=SENTENCES[0], response_format="pcm"
+    ) as response:
+        assert "transfer-encoding" not in response.headers
+        whole = response.read()
+    assert int(response.headers["content-length"]) == len(whole) > 24_000
+    assert whole == spoken(client, SENTENCES[0], "pcm")
 
 
 def test_speech_is_hibaris_own_sentence_for_sentence(client: openai.OpenAI) -> None:

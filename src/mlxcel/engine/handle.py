@@ -7,9 +7,11 @@ it is the sink that sends the events to the HTTP process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import AsyncIterator, Callable
-from typing import Protocol
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
 
 from mlxcel.engine.types import TokenEvent
 
@@ -35,6 +37,47 @@ class EventSink(Protocol):
     def deliver(self, event: TokenEvent) -> None:
         """Called from the engine thread: one event for the request."""
         ...
+
+
+_handing = threading.local()
+_Calls = list[tuple[Callable[[Any], None], Any]]
+
+
+def call_on_loop(
+    loop: asyncio.AbstractEventLoop, callback: Callable[[Any], None], arg: Any
+) -> None:
+    """`callback(arg)` on `loop`, soon (from any thread; RuntimeError if the loop is closed).
+    Within `handing_over` on this thread, gathered with the others for the same loop and made
+    at its end."""
+    pending: dict[asyncio.AbstractEventLoop, _Calls] | None = getattr(_handing, "pending", None)
+    if pending is None:
+        loop.call_soon_threadsafe(callback, arg)
+    else:
+        pending.setdefault(loop, []).append((callback, arg))
+
+
+@contextmanager
+def handing_over() -> Iterator[None]:
+    """Gather this thread's `call_on_loop` calls, then hand each loop its own in one
+    `call_soon_threadsafe`, in order: the loop wakes once for what came together (a worker's
+    message of a step's eight tokens, or a sentence's audio with its stream's end) and sees
+    all of it in the same turn. Each wake-up is a write to the loop's socket, during which
+    the loop could run the first item alone. A closed loop's calls are dropped: nobody is
+    left to read them."""
+    _handing.pending = {}
+    try:
+        yield
+    finally:
+        pending: dict[asyncio.AbstractEventLoop, _Calls] = _handing.pending
+        _handing.pending = None
+        for loop, calls in pending.items():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_call_each, calls)
+
+
+def _call_each(calls: _Calls) -> None:
+    for callback, arg in calls:
+        callback(arg)
 
 
 def ends(event: TokenEvent) -> bool:
@@ -91,7 +134,7 @@ class RequestHandle(Cancellable):
     def deliver(self, event: TokenEvent) -> None:
         """Called from another thread: hand an event to the event loop."""
         try:
-            self._loop.call_soon_threadsafe(self.receive, event)
+            call_on_loop(self._loop, self.receive, event)
         except RuntimeError:
             self.cancel()
 

@@ -25,6 +25,7 @@ from mlxcel.backends.audio.encode import SpeechFormat
 from mlxcel.backends.audio.speech import SpeechJob, Voice
 from mlxcel.backends.audio.transcript import Segment, TranscribeJob, TranscriptInfo
 from mlxcel.backends.embeddings import EncoderInfo
+from mlxcel.engine.handle import call_on_loop
 from mlxcel.engine.image_types import ImageEvent, ImageJob, ImageModelInfo, ImageResult
 from mlxcel.models.remote import Worker, WorkerGone
 from mlxcel.models.textgen import unavailable
@@ -121,7 +122,7 @@ class _LoopItems:
     def deliver(self, item: Any) -> None:
         # A loop that has closed has nobody left reading the stream.
         with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self.queue.put_nowait, item)
+            call_on_loop(self._loop, self.queue.put_nowait, item)
 
     def fail(self, error: BaseException) -> None:
         self.deliver(StreamEnd(error))

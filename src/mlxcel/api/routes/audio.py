@@ -3,6 +3,7 @@ GET /v1/audio/voices."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
@@ -115,23 +116,40 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
     if body.stream_format == "sse":
         events = speech_events(model, job, body)
         return await typed_event_stream(events, _request_id(), stream_error)
-    chunks = await _begun(request, audio_chunks(model, job, body))
-    return StreamingResponse(chunks, media_type=MEDIA_TYPES[body.response_format])
+    media_type = MEDIA_TYPES[body.response_format]
+    begun = await _begun(request, audio_chunks(model, job, body))
+    if isinstance(begun, bytes):
+        return Response(begun, media_type=media_type)
+    return StreamingResponse(begun, media_type=media_type)
 
 
-async def _begun(request: Request, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def _begun(request: Request, chunks: AsyncIterator[bytes]) -> bytes | AsyncIterator[bytes]:
     """`chunks` with its first piece made before the headers go: the synthesis starts as the
     request is read, not after its headers are sent (0.3-0.5 ms sooner here), an error before
     any audio keeps its status, and a client that leaves while its request waits for one of
-    the model's places frees it."""
+    the model's places frees it. The whole file instead when the stream ended with its first
+    piece (a text of one sentence, whose piece and end the worker sends together): answered
+    with its length, not chunked, and without a streaming response's task group."""
     first = await unless_disconnected(request, anext(chunks, None))
+    if first is None:
+        return b""
+    following = asyncio.ensure_future(anext(chunks, None))
+    # One turn of the loop: a stream whose end has come already runs out in it.
+    await asyncio.sleep(0)
+    if following.done() and following.result() is None:
+        return first
 
     async def pieces() -> AsyncIterator[bytes]:
-        if first is None:
-            return
-        yield first
-        async for piece in chunks:
-            yield piece
+        try:
+            yield first
+            second = await following
+            if second is None:
+                return
+            yield second
+            async for piece in chunks:
+                yield piece
+        finally:
+            following.cancel()
 
     return pieces()
 
