@@ -11,7 +11,9 @@ many rounds as the real-time factor's); speech synthesis
 real-time factor through POST /v1/audio/speech against the hibari engine in-process, each side
 making the same response_format (pcm) of the same texts; and the time to the first audio byte
 when streaming (the four texts as one mp3, the median of as many requests as speech rounds).
-Prints each ratio.
+Prints each ratio. Speech is also timed through bench/bare.py (a bare ASGI app on uvicorn with
+the voice on its event loop, in the same interleaved rounds): the ratio the least an HTTP
+server can add here leaves, the ceiling of the server's own.
 
 This process's allocator keeps freed memory as the server's workers do (models/memory.py):
 without it, which is how a plain script runs faster-whisper, glibc maps and faults in Whisper's
@@ -40,6 +42,7 @@ and one worker in float32 against int8.
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import sys
@@ -78,6 +81,7 @@ TEXTS = (
     "Bright sunlight fell across the quiet garden path as the children ran towards the gate.",
 )
 MLXCEL = str(Path(sys.executable).parent / "mlxcel")
+BARE = Path(__file__).resolve().parent / "bare.py"
 STT_ROUNDS = 3
 TTS_ROUNDS = 5
 MAX_SECONDS = 600
@@ -227,6 +231,9 @@ def main() -> None:
     command = [MLXCEL, "serve", "--port", str(port), "--transcription-model", "default"]
     server = _start([*command, "--speech-model", "default"], port, "/health")
     http = httpx.Client(base_url=f"http://127.0.0.1:{port}/v1", timeout=MAX_SECONDS)
+    bare_port = _free_port()
+    bare = _start([sys.executable, str(BARE), "speech", str(bare_port)], bare_port, "/health")
+    bare_http = httpx.Client(base_url=f"http://127.0.0.1:{bare_port}/v1", timeout=MAX_SECONDS)
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x")
         stt_requests = [
@@ -239,7 +246,9 @@ def main() -> None:
                                "input": t, "response_format": "pcm"})
             for t in TEXTS
         ]  # fmt: skip
-        for request in [*stt_requests, *tts_requests]:
+        bare_requests = [bare_http.build_request("POST", "/audio/speech", json=r) for r in
+                         (json.loads(request.read()) for request in tts_requests)]  # fmt: skip
+        for request in [*stt_requests, *tts_requests, *bare_requests]:
             request.read()
 
         def stt(wav: bytes) -> str:
@@ -252,6 +261,8 @@ def main() -> None:
 
         stt(wavs[0])
         tts(TEXTS[0])
+        if ready(bare_http, bare_requests[:1]) != ready(http, tts_requests[:1]):
+            raise RuntimeError("bench/bare.py's pcm is not the server's")
         stt_rounds = interleaved(
             STT_ROUNDS,
             local_stt,
@@ -267,13 +278,16 @@ def main() -> None:
             local_tts,
             partial(ready, http, tts_requests),
             lambda: [tts(t) for t in TEXTS],
+            partial(ready, bare_http, bare_requests),
         )
         tts_load = os.getloadavg()[0]
         first_byte = statistics.median(streamed_first_byte(client) for _ in range(TTS_ROUNDS))
     finally:
         http.close()
-        server.terminate()
-        server.wait()
+        bare_http.close()
+        for process in (server, bare):
+            process.terminate()
+            process.wait()
         voice.close()
         engine.close()
 
@@ -291,9 +305,16 @@ def main() -> None:
         + f"; the server runs {default_parallel(threads)} worker(s)"
     )
     print(
-        rtf_line("speech", seconds, tts_rounds)
+        rtf_line("speech", seconds, tts_rounds[:3])
         + f" (load {tts_load:.1f}); first audio byte streaming {first_byte * 1000:.0f} ms "
         f"(median of {TTS_ROUNDS})"
+    )
+    local, served, floor = tts_rounds[0], tts_rounds[1], tts_rounds[3]
+    middle = statistics.median(local) / statistics.median(floor)
+    print(
+        f"speech, the floor (bench/bare.py: the voice on a bare uvicorn app's loop): ratio "
+        f"{min(local) / min(floor):.2f} best rounds, {middle:.2f} median rounds; the server's "
+        f"best round takes {min(served) / min(floor):.3f}x the floor's"
     )
 
 
