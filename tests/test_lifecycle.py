@@ -82,6 +82,14 @@ def test_missing_model_exits_with_a_message(tmp_path: Path) -> None:
     assert "model not found" in proc.log()
 
 
+def test_the_server_runs_on_uvloop(server: ServerProcess) -> None:
+    # The HTTP process's event loop is libuv's (the server extra installs uvloop): its
+    # extension is mapped into the process, and the server answers on it.
+    maps = Path(f"/proc/{server.process.pid}/maps").read_text()
+    assert "/uvloop/loop." in maps
+    assert server.http().get("/health").status_code == 200
+
+
 def test_disconnect_mid_stream_frees_the_engine(server: ServerProcess) -> None:
     client = server.openai()
     tokens, cancelled = server.generation_counts()

@@ -13,7 +13,9 @@ import os
 import socket
 import stat
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -174,6 +176,16 @@ def _remove_socket(path: Path, inode: tuple[int, int]) -> None:
         path.unlink()
 
 
+def _run(main: Coroutine[Any, Any, None]) -> None:
+    """Run `main` on uvloop where it installs (not on Windows), else on asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    uvloop.run(main)
+
+
 def serve(config: ServerConfig) -> int:
     """Serve until SIGTERM or SIGINT, then drain and exit 0; EXIT_CANNOT_START when the address
     or a model that loads at startup is unusable."""
@@ -206,7 +218,7 @@ def serve(config: ServerConfig) -> int:
     where = f"unix:{config.socket}" if config.socket else f"http://{config.host}:{config.port}"
     logger.info("listening on %s; loading the models", where)
     try:
-        asyncio.run(_serve(app, config, server, sock))
+        _run(_serve(app, config, server, sock))
     finally:
         registry: ModelRegistry | None = getattr(app.state, "models", None)
         if registry is not None:
