@@ -162,6 +162,34 @@ def test_limits(vision: ServerProcess) -> None:
     )
 
 
+def test_images_beyond_the_context_are_a_400(vision: ServerProcess) -> None:
+    """A text that fits the context with images that do not: its length is known only once
+    the model's worker has laid it out, and it is a 400 all the same (streamed or not, on
+    chat and Responses), after which the server serves on."""
+    client = vision.openai()
+    text = " hello" * 990
+    fits = client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": text}], max_tokens=1
+    )
+    assert 1024 - 3 * PROJECTOR.image_tokens <= fits.usage.prompt_tokens < 1024
+    content = [{"type": "text", "text": text}, *[image_part(data_uri(PNG))] * 3]
+    messages = [{"role": "user", "content": content}]
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(model="m", messages=messages, stream=stream)  # type: ignore[call-overload]
+        error = caught.value.body
+        assert isinstance(error, dict)
+        assert (error["code"], error["param"]) == ("context_length_exceeded", "messages")
+        assert error["message"].startswith("the prompt has ")
+    parts = [{"type": "input_text", "text": text}]
+    parts += [{"type": "input_image", "image_url": data_uri(PNG)}] * 3
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="m", input=[{"role": "user", "content": parts}])  # type: ignore[typeddict-item]
+    assert isinstance(caught.value.body, dict)
+    assert caught.value.body["param"] == "input"
+    assert ask(client, data_uri(PNG)).choices[0].finish_reason in ("stop", "length")
+
+
 def test_remote_media_policy(vision: ServerProcess) -> None:
     routes = {
         "/a.png": (200, {}, PNG, 0.0),

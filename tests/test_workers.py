@@ -20,10 +20,10 @@ import openai
 import pytest
 
 from mlxcel.config import ModelConfig
-from mlxcel.engine.types import EngineError, MediaSpan, SamplingParams
+from mlxcel.engine.types import EngineError, MediaSpan, SamplingParams, TokenEvent
 from mlxcel.media.images import Image
 from mlxcel.models.text_service import TextService
-from mlxcel.models.textgen import MODEL_UNAVAILABLE
+from mlxcel.models.textgen import MEDIA_PROMPT_REFUSED, MediaPrompt
 from tests._client_util import default_gguf
 from tests.audio_util import written_as
 from tests.conftest import ok, start
@@ -244,10 +244,11 @@ def test_the_workers_end_with_their_server(pair: ServerProcess) -> None:
 
 class _Projecting:
     """A generator with a projector, as the worker's TextService sees one: each image is two
-    rows of its own, and the scheduler records what it is given."""
+    rows of its own (a "refuse" image is refused), and the scheduler records what it is given."""
 
     media_marker = "<__media__>"
     audio_rate = None
+    n_ctx_seq = 8
 
     def __init__(self) -> None:
         self.submitted: list[Any] = []
@@ -257,6 +258,8 @@ class _Projecting:
     def tokenize_with_media(
         self, text: str, media: list[Image]
     ) -> tuple[list[int], tuple[MediaSpan, ...]]:
+        if any(image.digest == "refuse" for image in media):
+            raise EngineError("the projector cannot take this image", "invalid_request")
         spans = tuple(
             MediaSpan(1 + 2 * i, np.full((2, 4), i + 1, np.float32), image.digest)
             for i, image in enumerate(media)
@@ -267,30 +270,58 @@ class _Projecting:
         self.submitted.extend(sequences)
 
 
+class _Sink:
+    """A stream's sink in the worker, as the scheduler delivers to one."""
+
+    request_id = "req"
+
+    def __init__(self) -> None:
+        self.events: list[TokenEvent] = []
+        self.delivered = threading.Event()
+
+    def deliver(self, event: TokenEvent) -> None:
+        self.events.append(event)
+        self.delivered.set()
+
+
 def _image(digest: str) -> Image:
     return Image(1, 1, b"\0\0\0", digest)
 
 
-def test_the_worker_keeps_media_rows_for_the_generation() -> None:
-    """The HTTP process gets a prompt's media spans without their rows (590 KB for a 512x512
-    image, there and back again); the generation gets them back, and one whose rows are gone
-    is refused with a 503 that says to retry."""
+def test_the_worker_lays_out_a_media_prompt_and_starts_its_generation() -> None:
+    """A prompt with images goes to the worker as text and media: it is tokenized and embedded
+    there and queued with its rows, each answer held to the room the prompt leaves; the HTTP
+    process counts tokens with spans that carry no rows (590 KB for a 512x512 image). A prompt
+    the projector refuses, or one the context cannot hold, is each sink's only event, coded
+    for the HTTP process's 400."""
     engine = _Projecting()
     service = TextService(ModelConfig(model=default_gguf()), engine)  # type: ignore[arg-type]
-    tokens, spans = service.tokenize_with_media(
-        "a <__media__> b <__media__>", [_image("x"), _image("y")]
-    )
+    images = [_image("x"), _image("y")]
+    tokens, spans = service.tokenize_with_media("a <__media__> b <__media__>", images)
     assert [span.embeddings.shape for span in spans] == [(2, 0), (2, 0)]
     assert [span.end for span in spans] == [3, 5]
-    params = SamplingParams(max_tokens=1, temperature=0, top_p=1, top_k=0, min_p=0)
-    service.generate(["sink"], [(tokens, params, spans)])  # type: ignore[list-item]
-    ((sink, given, given_params, restored),) = engine.submitted
-    assert (sink, given, given_params) == ("sink", tokens, params)
-    assert [span.embeddings.tolist() for span in restored] == [[[1.0] * 4] * 2, [[2.0] * 4] * 2]
-    (unknown,) = _Projecting().tokenize_with_media("<__media__>", [_image("z")])[1]
-    gone = replace(unknown, embeddings=np.empty((2, 0), np.float32))
-    with pytest.raises(EngineError) as refused:
-        service.generate(["sink"], [(tokens, params, (gone,))])  # type: ignore[list-item]
-    assert refused.value.code == MODEL_UNAVAILABLE
-    assert "retry" in str(refused.value)
-    assert len(engine.submitted) == 1
+    params = SamplingParams(max_tokens=100, temperature=0, top_p=1, top_k=0, min_p=0)
+    short = replace(params, max_tokens=1)
+    sinks = [_Sink(), _Sink()]
+    prompt = MediaPrompt("a <__media__> b <__media__>", tuple(images))
+    service.generate_with_media(sinks, prompt, [params, short])  # type: ignore[arg-type]
+    _wait_for(lambda: len(engine.submitted) == 2, "queued")
+    (one, given, held, rows), (two, _, kept, _) = engine.submitted
+    assert (one, two, given) == (*sinks, tokens)
+    assert (held.max_tokens, kept.max_tokens) == (3, 1)  # 8 - 5 prompt tokens, and 1
+    assert [span.embeddings.tolist() for span in rows] == [[[1.0] * 4] * 2, [[2.0] * 4] * 2]
+    for media, code in (
+        ([_image("refuse")], MEDIA_PROMPT_REFUSED),
+        (
+            [_image(d) for d in "pqrs"],
+            "context_length_exceeded",
+        ),
+    ):
+        refused = [_Sink(), _Sink()]
+        laid = MediaPrompt("<__media__>" * len(media), tuple(media))
+        service.generate_with_media(refused, laid, [params] * 2)  # type: ignore[arg-type]
+        for sink in refused:
+            assert sink.delivered.wait(10)
+            (event,) = sink.events
+            assert event.error is not None and event.error.code == code
+    assert len(engine.submitted) == 2

@@ -22,9 +22,20 @@ from mlxcel.models.remote import Worker, WorkerGone
 
 # The engine error code of a request whose model's worker died under it (a 503).
 MODEL_UNAVAILABLE = "model_unavailable"
+# The engine error code of a media prompt its worker could not lay out (a 400 about it).
+MEDIA_PROMPT_REFUSED = "media_prompt_refused"
 
-TextSequence = tuple[list[int], SamplingParams, tuple[MediaSpan, ...]]
-"""One sequence to generate: its prompt, its sampling, and the media spans of its prompt."""
+TextSequence = tuple[list[int], SamplingParams]
+"""One sequence to generate: its prompt, and its sampling."""
+
+
+@dataclass(frozen=True)
+class MediaPrompt:
+    """A rendered prompt with images or audio, in its text's order, as it goes to the model's
+    worker to be laid out into tokens (and its media embedded) there."""
+
+    text: str
+    media: tuple[Media, ...]
 
 
 @dataclass(frozen=True)
@@ -126,8 +137,8 @@ class RemoteFimModel(RemoteTextModel):
 
 
 class RemoteMediaModel(RemoteTextModel):
-    """A remote text model that reads images or audio (`TakesMedia`): the worker embeds them,
-    and the rows come back in the prompt's media spans, to go out again with its generation."""
+    """A remote text model that reads images or audio (`TakesMedia`): the worker lays out and
+    embeds them."""
 
     @property
     def media_marker(self) -> str:
@@ -142,6 +153,8 @@ class RemoteMediaModel(RemoteTextModel):
     def tokenize_with_media(
         self, text: str, media: Sequence[Media]
     ) -> tuple[list[int], tuple[MediaSpan, ...]]:
+        """The prompt's tokens and where its media sit (the spans carry no rows: they stay in
+        the worker, which embeds them again, or from its cache, for a generation)."""
         laid_out: tuple[list[int], tuple[MediaSpan, ...]] = self._worker.call(
             "tokenize_with_media", text, list(media)
         )
@@ -206,13 +219,27 @@ class RemoteEngine:
         self._worker = worker
 
     def submit(self, request_id: str, sequences: Sequence[TextSequence]) -> list[RequestHandle]:
-        """Queue every sequence of one request (each with the media spans of its prompt), all
-        or none: their events arrive on the returned handles, and a refusal (no room for all)
-        is each one's first event; EngineError if the worker is gone."""
+        """Queue every sequence of one request, all or none: their events arrive on the
+        returned handles, and a refusal (no room for all) is each one's first event;
+        EngineError if the worker is gone."""
+        return self._start(request_id, "generate", (list(sequences),), len(sequences))
+
+    def submit_with_media(
+        self, request_id: str, prompt: MediaPrompt, params: Sequence[SamplingParams]
+    ) -> list[RequestHandle]:
+        """Queue one sequence of a media prompt for each of `params`, as `submit` does: the
+        worker lays the prompt out first, and a prompt it refuses (its layout, or its length)
+        is each one's only event."""
+        args = (prompt, list(params))
+        return self._start(request_id, "generate_with_media", args, len(params))
+
+    def _start(
+        self, request_id: str, method: str, args: tuple[object, ...], count: int
+    ) -> list[RequestHandle]:
         loop = asyncio.get_running_loop()
-        handles = [RemoteHandle(request_id, loop, self._worker) for _ in sequences]
+        handles = [RemoteHandle(request_id, loop, self._worker) for _ in range(count)]
         try:
-            ids = self._worker.stream("generate", (list(sequences),), handles)
+            ids = self._worker.stream(method, args, handles)
         except WorkerGone as exc:
             raise unavailable(exc) from exc
         for handle, stream_id in zip(handles, ids, strict=True):

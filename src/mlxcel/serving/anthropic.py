@@ -29,11 +29,6 @@ class MessageJob:
         """The model's name, as the message reports it."""
         return self.chat.generations[0].model.name
 
-    @property
-    def prompt_tokens(self) -> int:
-        """Tokens in the prompt."""
-        return len(self.chat.generations[0].prompt)
-
 
 def prepare_message(
     model: LoadedModel,

@@ -91,7 +91,7 @@ async def message_events(job: MessageJob) -> AsyncIterator[dict[str, Any]]:
     async for _, event in stream_all(chat.generations):
         if not started:
             started = True
-            opening = message_object(job, [], None, None, usage(job.prompt_tokens, 0, 0))
+            opening = message_object(job, [], None, None, usage(event.prompt_tokens, 0, 0))
             yield {"type": "message_start", "message": opening}
             yield {"type": "ping"}
         for item in blocks.feed(event.text) if event.text else []:

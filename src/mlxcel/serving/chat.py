@@ -31,7 +31,7 @@ from mlxcel.serving.text import (
 )
 from mlxcel.serving.timings import answer_timings, progress_chunk, with_timings
 from mlxcel.serving.tools import DEFAULT_PARSER, ToolPlan, plan_tools, template_messages
-from mlxcel.serving.vision import prompt_tokens
+from mlxcel.serving.vision import laid_out, prompt_tokens
 
 
 @dataclass
@@ -68,7 +68,7 @@ def chat_prompt(
     media: Sequence[Media] = (),
 ) -> list[int]:
     """The prompt tokens for a chat request, through the model's own template."""
-    return prompt_tokens(model, chat_text(model, request, tool_parser), media)[0]
+    return prompt_tokens(model, chat_text(model, request, tool_parser), media)
 
 
 def chat_text(model: LoadedModel, request: ChatCompletionRequest, tool_parser: str) -> str:
@@ -112,7 +112,7 @@ def prepare_chat(
     text = chat_text(model, request, tool_parser)
     template = model.chat_template.source if model.chat_template else ""
     reasoning = reasoning_parser_name(reasoning_parser, text, template)
-    prompt, spans = prompt_tokens(model, text, media)
+    prompt = laid_out(model, text, media)
     generations = prepare_choices(
         model,
         new_id("chatcmpl"),
@@ -121,7 +121,6 @@ def prepare_chat(
         request.token_limit(),
         n_predict,
         "messages",
-        spans,
     )
     first = generations[0].params
     grammar, syntax = first.grammar, first.grammar_syntax
@@ -197,11 +196,7 @@ async def chat_completion(job: ChatJob) -> dict[str, Any]:
         choices.append(
             {"index": g.index, "message": message, "logprobs": logprobs, "finish_reason": finish}
         )
-    usage = total_usage(
-        generations,
-        sum(o.completion_tokens for o in outcomes),
-        {i: o.cached_tokens for i, o in enumerate(outcomes)},
-    )
+    usage = total_usage(generations, dict(enumerate(outcomes)))
     if job.reasoning is not None:
         thoughts = [c["message"].get("reasoning_content") or "" for c in choices]
         _count_reasoning(usage, first, thoughts)
@@ -287,11 +282,7 @@ async def chat_chunks(job: ChatJob, include_usage: bool) -> AsyncIterator[dict[s
             last["timings"] = answer_timings(generations, [finals[i] for i in sorted(finals)])
         yield last
     if include_usage:
-        usage_ = total_usage(
-            generations,
-            sum(e.completion_tokens for e in finals.values()),
-            {i: e.cached_tokens for i, e in finals.items()},
-        )
+        usage_ = total_usage(generations, finals)
         if job.reasoning is not None:
             _count_reasoning(usage_, generations[0], ["".join(t) for t in thoughts.values()])
         chunk = usage_chunk(_chunk(generations[0], {}, None), usage_)

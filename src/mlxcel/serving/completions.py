@@ -120,11 +120,7 @@ async def completion(job: CompletionJob) -> dict[str, Any]:
     body = _object(
         first,
         {},
-        total_usage(
-            job.generations,
-            sum(o.completion_tokens for o in outcomes),
-            {i: o.cached_tokens for i, o in enumerate(outcomes)},
-        ),
+        total_usage(job.generations, dict(enumerate(outcomes))),
     )
     body["choices"] = choices
     body["timings"] = answer_timings(job.generations, outcomes)
@@ -161,11 +157,7 @@ async def completion_chunks(
             last["timings"] = answer_timings(job.generations, [finals[i] for i in sorted(finals)])
         yield last
     if include_usage:
-        usage_ = total_usage(
-            job.generations,
-            sum(e.completion_tokens for e in finals.values()),
-            {i: e.cached_tokens for i, e in finals.items()},
-        )
+        usage_ = total_usage(job.generations, finals)
         chunk = usage_chunk(_object(job.generations[0], {}), usage_)
         ordered = [finals[i] for i in sorted(finals)]
         yield {**chunk, "timings": answer_timings(job.generations, ordered)}

@@ -27,7 +27,7 @@ from mlxcel.serving.responses_output import Emit, OutputItems
 from mlxcel.serving.responses_tools import assistant_turn
 from mlxcel.serving.text import Generation, collect, prepare
 from mlxcel.serving.tools import ToolPlan, plan_tools
-from mlxcel.serving.vision import prompt_tokens
+from mlxcel.serving.vision import laid_out
 
 
 def response_id(prefix: str) -> str:
@@ -82,7 +82,7 @@ def prepare_response(
     effort = request.reasoning.effort if request.reasoning else None
     text = prompt_text(template, [*system, *messages], plan, effort)
     reasoning = reasoning_parser_name(reasoning_parser, text, source or "")
-    prompt, spans = prompt_tokens(model, text, images, "input")
+    prompt = laid_out(model, text, images, "input")
     generation = prepare(
         model,
         response_id("resp"),
@@ -91,7 +91,6 @@ def prepare_response(
         request.max_output_tokens,
         n_predict,
         "input",
-        spans,
     )
     params = generation.params
     if plan is not None and plan.grammar is not None:

@@ -6,23 +6,17 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import Any, Protocol
 
 from mlxcel.engine.handle import RequestHandle
-from mlxcel.engine.types import (
-    EngineError,
-    MediaSpan,
-    SamplingParams,
-    TokenEvent,
-    TokenLogprob,
-)
+from mlxcel.engine.types import EngineError, SamplingParams, TokenEvent, TokenLogprob
 from mlxcel.logs import current_request
 from mlxcel.models.loaded import LoadedModel
-from mlxcel.models.textgen import MODEL_UNAVAILABLE
+from mlxcel.models.textgen import MEDIA_PROMPT_REFUSED, MODEL_UNAVAILABLE, MediaPrompt
 from mlxcel.protocol.common import SamplingFields
 from mlxcel.serving.errors import (
     APIError,
@@ -32,7 +26,12 @@ from mlxcel.serving.errors import (
     shutting_down,
 )
 from mlxcel.serving.sampling import logit_bias, sampling_params
-from mlxcel.serving.tokens import check_vocabulary, detokenize_ids
+from mlxcel.serving.tokens import (
+    CONTEXT_LENGTH_EXCEEDED,
+    check_vocabulary,
+    context_overflow,
+    detokenize_ids,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +65,8 @@ class Generation:
     """One prompt on one model with resolved sampling: what a route asks the engine for.
 
     `index` is the choice's index in the answer; `prompt_index` which prompt it continues.
+    A prompt with images or audio is a `media_prompt`, and `prompt` is empty: the model's
+    worker lays it out into tokens when the generation starts.
     """
 
     model: LoadedModel
@@ -77,8 +78,9 @@ class Generation:
     prompt_index: int = 0
     constraint_param: str | None = None
     """The request field a grammar or schema came from, named if the engine refuses it."""
-    media: tuple[MediaSpan, ...] = ()
-    """The prompt's images: their placeholder runs in `prompt` and their embedding rows."""
+    media_prompt: MediaPrompt | None = None
+    prompt_param: str = "prompt"
+    """The request field the prompt came from, named if the worker refuses its layout."""
 
 
 @dataclass
@@ -104,14 +106,14 @@ class Outcome:
 def prepare(
     model: LoadedModel,
     request_id: str,
-    prompt: list[int],
+    prompt: list[int] | MediaPrompt,
     request: SamplingFields,
     token_limit: int | None,
     n_predict: int,
     prompt_param: str = "prompt",
-    media: tuple[MediaSpan, ...] = (),
 ) -> Generation:
-    """Check the prompt fits the context and resolve sampling."""
+    """Check the prompt fits the context and resolve sampling. A media prompt's tokens are
+    not known here: its worker checks them, and holds the answer to the room they leave."""
     unsupported = request.unsupported()
     if unsupported is not None:
         raise invalid_request(
@@ -119,20 +121,16 @@ def prepare(
             unsupported,
             "unsupported_field",
         )
-    n_ctx = model.generator.n_ctx_seq
-    if not prompt:
-        raise invalid_request("the prompt is empty", "prompt")
-    if len(prompt) >= n_ctx:
-        raise invalid_request(
-            f"the prompt has {len(prompt)} tokens but the context holds {n_ctx} "
-            "(including the answer); shorten it or start the server with a larger -c",
-            prompt_param,
-            "context_length_exceeded",
-        )
     generator = model.generator
-    placeholders = {span.placeholder for span in media}
-    text_tokens = [t for t in prompt if t not in placeholders] if media else prompt
-    check_vocabulary(generator, text_tokens, "prompt")
+    n_ctx = generator.n_ctx_seq
+    media, tokens = (prompt, []) if isinstance(prompt, MediaPrompt) else (None, prompt)
+    if media is None:
+        if not tokens:
+            raise invalid_request("the prompt is empty", "prompt")
+        overflow = context_overflow(len(tokens), n_ctx)
+        if overflow is not None:
+            raise invalid_request(overflow, prompt_param, CONTEXT_LENGTH_EXCEEDED)
+        check_vocabulary(generator, tokens, "prompt")
     bias = logit_bias(request, generator)
     check_vocabulary(generator, [token for token, _ in bias], "logit_bias")
     check_vocabulary(generator, request.stop_token_ids or [], "stop_token_ids")
@@ -147,7 +145,7 @@ def prepare(
         token_limit,
         defaults=model.defaults,
         n_predict=n_predict,
-        room=n_ctx - len(prompt),
+        room=n_ctx - len(tokens) if media is None else n_ctx - 1,
         n_ctx=n_ctx,
         bias=bias,
     )
@@ -156,8 +154,17 @@ def prepare(
         logger.info("%s: user=%s", request_id, request.safety_identifier or request.user)
     if logger.isEnabledFor(logging.DEBUG):
         # Prompts may be private: only an operator who asked for debug lines sees them.
-        logger.debug("%s: prompt %r", request_id, detokenize_ids(generator, text_tokens))
-    return Generation(model, request_id, prompt, params, constraint_param=constraint, media=media)
+        text = detokenize_ids(generator, tokens) if media is None else media.text
+        logger.debug("%s: prompt %r", request_id, text)
+    return Generation(
+        model,
+        request_id,
+        tokens,
+        params,
+        constraint_param=constraint,
+        media_prompt=media,
+        prompt_param=prompt_param,
+    )
 
 
 def _constraint_param(request: SamplingFields, params: SamplingParams) -> str | None:
@@ -170,20 +177,16 @@ def _constraint_param(request: SamplingFields, params: SamplingParams) -> str | 
 def prepare_choices(
     model: LoadedModel,
     request_id: str,
-    prompts: list[list[int]],
+    prompts: Sequence[list[int] | MediaPrompt],
     request: SamplingFields,
     token_limit: int | None,
     n_predict: int,
     prompt_param: str = "prompt",
-    media: tuple[MediaSpan, ...] = (),
 ) -> list[Generation]:
-    """`n` generations per prompt, indexed as OpenAI does; a set seed gives each its own.
-    `media` are the images of a single prompt."""
+    """`n` generations per prompt, indexed as OpenAI does; a set seed gives each its own."""
     generations = []
     for prompt_index, prompt in enumerate(prompts):
-        base = prepare(
-            model, request_id, prompt, request, token_limit, n_predict, prompt_param, media
-        )
+        base = prepare(model, request_id, prompt, request, token_limit, n_predict, prompt_param)
         for i in range(request.n):
             seed = None if base.params.seed is None else base.params.seed + i
             generations.append(
@@ -197,7 +200,11 @@ def prepare_choices(
     return generations
 
 
-def _engine_error(error: EngineError, constraint_param: str | None) -> APIError:
+def _engine_error(error: EngineError, generation: Generation) -> APIError:
+    if error.code == MEDIA_PROMPT_REFUSED:
+        return invalid_request(str(error), generation.prompt_param)
+    if error.code == CONTEXT_LENGTH_EXCEEDED:
+        return invalid_request(str(error), generation.prompt_param, error.code)
     if error.code == MODEL_UNAVAILABLE:
         return model_unavailable(str(error))
     if error.code == "server_busy":
@@ -205,7 +212,7 @@ def _engine_error(error: EngineError, constraint_param: str | None) -> APIError:
     if error.code == "shutting_down":
         return shutting_down(str(error))
     if error.code == "invalid_grammar":
-        return invalid_request(str(error), constraint_param, error.code)
+        return invalid_request(str(error), generation.constraint_param, error.code)
     if error.code == "unsupported_field":
         return invalid_request(str(error), code=error.code)
     return APIError(500, str(error), code=error.code)
@@ -217,17 +224,21 @@ def start(generation: Generation) -> RequestHandle:
 
 
 def start_all(generations: Sequence[Generation]) -> list[RequestHandle]:
-    """Queue the generations of one request (all on one model) whole, or refuse them whole
-    with a 503: a request is never partly admitted."""
+    """Queue the generations of one request (all on one model, and all of one media prompt
+    if any has one) whole, or refuse them whole with a 503: a request is never partly
+    admitted."""
     first = generations[0]
     # The engine's lines about it carry the HTTP request's id, as every other line does.
     record = current_request()
     log_id = record.request_id if record is not None else first.request_id
-    sequences = [(g.prompt, g.params, g.media) for g in generations]
+    engine = first.model.scheduler
     try:
-        return first.model.scheduler.submit(log_id, sequences)
+        if first.media_prompt is not None:
+            params = [g.params for g in generations]
+            return engine.submit_with_media(log_id, first.media_prompt, params)
+        return engine.submit(log_id, [(g.prompt, g.params) for g in generations])
     except EngineError as exc:
-        raise _engine_error(exc, first.constraint_param) from exc
+        raise _engine_error(exc, first) from exc
 
 
 async def events(handle: RequestHandle, generation: Generation) -> AsyncIterator[TokenEvent]:
@@ -236,7 +247,7 @@ async def events(handle: RequestHandle, generation: Generation) -> AsyncIterator
     try:
         async for event in handle.events():
             if event.error is not None:
-                raise _engine_error(event.error, generation.constraint_param)
+                raise _engine_error(event.error, generation)
             if record is not None:
                 record.token()
                 if event.finish_reason is not None:
@@ -353,16 +364,43 @@ async def stream_all(generations: list[Generation]) -> AsyncIterator[tuple[int, 
             handle.cancel()
 
 
-def total_usage(
-    generations: list[Generation], completion_tokens: int, cached: dict[int, int]
-) -> dict[str, Any]:
-    """Usage for a whole answer: each prompt counted once, every choice's output summed.
+class Counted(Protocol):
+    """A finished (or running) generation's token counts and times: an event or an outcome."""
 
-    `cached` maps a choice's position to the prompt tokens it found in the prefix cache.
-    """
-    prompts = {g.prompt_index: len(g.prompt) for g in generations}
-    per_prompt = {generations[i].prompt_index: n for i, n in cached.items()}
-    return usage(sum(prompts.values()), completion_tokens, sum(per_prompt.values()))
+    @property
+    def prompt_tokens(self) -> int: ...
+
+    @property
+    def cached_tokens(self) -> int: ...
+
+    @property
+    def completion_tokens(self) -> int: ...
+
+    @property
+    def prompt_ms(self) -> float: ...
+
+    @property
+    def predicted_ms(self) -> float: ...
+
+    @property
+    def draft_tokens(self) -> int: ...
+
+    @property
+    def draft_accepted(self) -> int: ...
+
+
+def total_usage(generations: list[Generation], finals: Mapping[int, Counted]) -> dict[str, Any]:
+    """Usage for a whole answer from each choice's last event (or outcome) by its position:
+    each prompt counted once (as the engine laid it out, media included), every choice's
+    output summed."""
+    prompts = {
+        generations[i].prompt_index: (f.prompt_tokens, f.cached_tokens) for i, f in finals.items()
+    }
+    return usage(
+        sum(tokens for tokens, _ in prompts.values()),
+        sum(f.completion_tokens for f in finals.values()),
+        sum(cached for _, cached in prompts.values()),
+    )
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:

@@ -4,35 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from mlxcel.engine.types import PromptProgress
-from mlxcel.serving.text import Generation
-
-
-class Counted(Protocol):
-    """A finished (or running) generation's token counts and times: an event or an outcome."""
-
-    @property
-    def prompt_tokens(self) -> int: ...
-
-    @property
-    def cached_tokens(self) -> int: ...
-
-    @property
-    def completion_tokens(self) -> int: ...
-
-    @property
-    def prompt_ms(self) -> float: ...
-
-    @property
-    def predicted_ms(self) -> float: ...
-
-    @property
-    def draft_tokens(self) -> int: ...
-
-    @property
-    def draft_accepted(self) -> int: ...
+from mlxcel.serving.text import Counted, Generation
 
 
 def timings(

@@ -36,6 +36,21 @@ def longest_token(generator: TextModel) -> int:
     return longest
 
 
+# The error code of a prompt longer than the context.
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+
+
+def context_overflow(n_prompt: int, n_ctx: int) -> str | None:
+    """What is wrong with a prompt of `n_prompt` tokens in a context of `n_ctx` (None: it
+    leaves room for an answer)."""
+    if n_prompt < n_ctx:
+        return None
+    return (
+        f"the prompt has {n_prompt} tokens but the context holds {n_ctx} (including the "
+        "answer); shorten it or start the server with a larger -c"
+    )
+
+
 def check_text_size(generator: TextModel, text: str, param: str) -> None:
     """A 400 for a text so long it cannot fit the context whatever its tokens, before it is
     tokenized (which takes seconds for megabytes): no token covers more than the longest."""
@@ -46,7 +61,7 @@ def check_text_size(generator: TextModel, text: str, param: str) -> None:
             f"the prompt is {size} bytes, far more than the context of {generator.n_ctx_seq} "
             "tokens can hold; shorten it or start the server with a larger -c",
             param,
-            "context_length_exceeded",
+            CONTEXT_LENGTH_EXCEEDED,
         )
 
 

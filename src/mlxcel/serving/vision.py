@@ -7,11 +7,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from mlxcel.engine.media import TakesMedia
-from mlxcel.engine.types import EngineError, MediaSpan
+from mlxcel.engine.types import EngineError
 from mlxcel.media.audio import AudioRef, Media, load_audio
 from mlxcel.media.loader import ImageRef, load_images
 from mlxcel.media.policy import MediaError, MediaPolicy
 from mlxcel.models.loaded import LoadedModel
+from mlxcel.models.textgen import MediaPrompt
 from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.protocol.responses import FunctionCallOutputItem, MessageItem, ResponsesRequest
 from mlxcel.serving.errors import invalid_request
@@ -104,18 +105,32 @@ async def request_media(
     return [next(image_iter) if p.kind == "image" else next(clip_iter) for p in checked]
 
 
-def prompt_tokens(
+def laid_out(
     model: LoadedModel, text: str, media: Sequence[Media], param: str = "messages"
-) -> tuple[list[int], tuple[MediaSpan, ...]]:
-    """A rendered prompt's tokens, and where its media sit (embedded here, on this thread);
-    a text far beyond the context is refused from its size first (a 400 naming `param`)."""
+) -> list[int] | MediaPrompt:
+    """A rendered prompt as a generation takes it: its tokens, or with media a `MediaPrompt`,
+    which the model's worker lays out when the generation starts (tokenized and its media
+    embedded there, on the way to the engine, in one hop); a text far beyond the context is
+    refused from its size first (a 400 naming `param`)."""
     generator = model.generator
     check_text_size(generator, text, param)
     if not media:
-        return generator.tokenize(text, add_special=generator.add_bos, parse_special=True), ()
+        return generator.tokenize(text, add_special=generator.add_bos, parse_special=True)
     if not isinstance(generator, TakesMedia):
         raise invalid_request("model does not support image input", "messages")
+    return MediaPrompt(text, tuple(media))
+
+
+def prompt_tokens(
+    model: LoadedModel, text: str, media: Sequence[Media], param: str = "messages"
+) -> list[int]:
+    """A rendered prompt's tokens, its media laid out by the model's worker (to count them)."""
+    prompt = laid_out(model, text, media, param)
+    if not isinstance(prompt, MediaPrompt):
+        return prompt
+    generator = model.generator
+    assert isinstance(generator, TakesMedia)
     try:
-        return generator.tokenize_with_media(text, media)
+        return generator.tokenize_with_media(text, media)[0]
     except EngineError as exc:
-        raise invalid_request(str(exc), "messages") from exc
+        raise invalid_request(str(exc), param) from exc
