@@ -18,6 +18,12 @@ tokens), built offline, with one thread on each side. Each round times a new ima
   hit: target >= 3x lower). The question comes before the image, so the prefix cache cannot
   reuse the image's KV state: only the embedding cache helps.
 
+After the rounds, the event loop while a 12 MP photo (4000x3000 JPEG, 36 MB of pixels) is read:
+another client asks GET /health back to back through the photo's request, and the longest
+answer is printed against the longest of as many asked while the server is idle (the photo's
+decode runs on a thread; whatever of its handling runs on the event loop delays every other
+request's answers and tokens by as much).
+
 Each round also times the `ready` request through bench/bare.py (a bare ASGI app on uvicorn
 running this in-process path on its event loop, on the same model): the ratio the least an
 HTTP server can add here leaves, the ceiling of the server's own.
@@ -40,6 +46,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -149,6 +156,54 @@ def sdk(client: openai.OpenAI, data: bytes, question: str) -> float:
     return took
 
 
+def photo() -> bytes:
+    """A 4000x3000 JPEG: a gradient with noise, about as large as a phone's photo."""
+    gradient = PILImage.linear_gradient("L").resize((4000, 3000))
+    noise = PILImage.effect_noise((4000, 3000), 30)
+    image = PILImage.merge(
+        "RGB", (gradient, noise, gradient.transpose(PILImage.Transpose.ROTATE_180))
+    )
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=90)
+    return out.getvalue()
+
+
+def longest_health(http: httpx.Client, until: threading.Event, at_least: int) -> float:
+    """The longest of back-to-back GET /health answers, until `until` is set (and at least
+    `at_least` of them)."""
+    longest, asked = 0.0, 0
+    while not until.is_set() or asked < at_least:
+        began = time.perf_counter()
+        http.get("/health").raise_for_status()
+        longest = max(longest, time.perf_counter() - began)
+        asked += 1
+    return longest
+
+
+def loop_stall(served: Served) -> tuple[float, float, float]:
+    """The longest /health answer while the server is idle and while it reads a 12 MP photo,
+    and the photo's TTFT."""
+    data = photo()
+    with httpx.Client(base_url=served.http.base_url) as probe:
+        done = threading.Event()
+        done.set()
+        idle = longest_health(probe, done, 200)
+        done.clear()
+        took: list[float] = []
+
+        def send() -> None:
+            try:
+                took.append(ready(served.http, data, "A photo:"))
+            finally:
+                done.set()
+
+        worker = threading.Thread(target=send)
+        worker.start()
+        busy = longest_health(probe, done, 1)
+        worker.join()
+    return idle, busy, took[0]
+
+
 @dataclass
 class Floor:
     """bench/bare.py serving the same model, and its figures."""
@@ -253,6 +308,7 @@ def main() -> None:
             servers.append(start("against", text, mmproj, args.against.resolve()))
         fresh = pictures.__getitem__
         engines = [run_round(i, generator, servers, floor, fresh) for i in range(args.rounds)]
+        stalls = [(s.name, loop_stall(s)) for s in servers]
     finally:
         floor.http.close()
         floor.process.terminate()
@@ -277,6 +333,11 @@ def main() -> None:
             f"{_paired(engines, s.times['ready']):.2f}x round by round); openai SDK "
             f"{_ms(through)} ms, {engine / through:.2f}x; same image again {_ms(again)} ms, "
             f"{new / again:.2f}x lower (target >= 3x); {new / lowest:.3f}x the floor's time"
+        )
+    for name, (idle, busy, took) in stalls:
+        print(
+            f"  {name}: a 12 MP photo (TTFT {_ms(took)} ms) held the event loop: the longest "
+            f"/health answer {_ms(busy)} ms during it, {_ms(idle)} ms idle"
         )
     if len(servers) == 2:
         this, against = (s.times["ready"] for s in servers)
