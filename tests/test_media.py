@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mlxcel.media.addresses import IPAddress, Resolver, refusal
-from mlxcel.media.images import Image, decode_kept, recent, recent_key
+from mlxcel.media.images import EncodedImage, Image, checked
 from mlxcel.media.loader import ImageRef, load_images
 from mlxcel.media.policy import MediaError, MediaLimits, MediaPolicy, parse_hosts
 from tests.media_util import MIME, bomb_png, data_uri, http_server, image_bytes
@@ -24,13 +24,21 @@ DEFAULT = MediaPolicy()
 LOOPBACK = MediaPolicy(allow_remote=True, allow_insecure=True, allow_hosts=parse_hosts("127.0.0.1"))
 
 
-def load(
+def sent(
     urls: list[str], policy: MediaPolicy = DEFAULT, resolver: Resolver | None = None
-) -> list[Image]:
+) -> list[EncodedImage]:
+    """The images as the HTTP process reads them: their headers checked."""
     refs = [ImageRef(url, f"image{i}") for i, url in enumerate(urls)]
     if resolver is None:
         return asyncio.run(load_images(refs, policy))
     return asyncio.run(load_images(refs, policy, resolver))
+
+
+def load(
+    urls: list[str], policy: MediaPolicy = DEFAULT, resolver: Resolver | None = None
+) -> list[Image]:
+    """The images as the model's worker reads them: decoded."""
+    return [image.decoded() for image in sent(urls, policy, resolver)]
 
 
 def refused(
@@ -280,22 +288,44 @@ def test_local_files_only_inside_the_allowed_directory(tmp_path: Path) -> None:
         ), url
 
 
-def test_an_image_is_kept_under_its_source_and_pixel_limit() -> None:
+def test_an_image_sent_again_is_decoded_once_under_its_pixel_limit() -> None:
+    """The worker keeps a decoded image by its file's bytes and the pixel limit it was read
+    under: the same file again (another bytes object) is not decoded again."""
     data = image_bytes(size=(20, 10), color=7)
-    key = recent_key(data, 1000)
-    assert recent(key) is None
-    first = decode_kept(key, lambda: data, 1000)
-    assert recent(key) == first == (first[0], len(data))
-    assert recent(recent_key(data, 100)) is None
+    first = checked(data, 1000).decoded()
+    assert checked(bytes(bytearray(data)), 1000).decoded() is first
+    assert checked(data, 2000).decoded() is not first
     with pytest.raises(MediaError) as caught:
-        decode_kept(recent_key(data, 100), lambda: data, 100)
+        EncodedImage(data, 20, 10, 100).decoded()
     assert caught.value.code == "image_too_many_pixels"
 
 
 def test_a_data_uri_sent_again_is_not_read_again() -> None:
-    """A data: URI is kept by its text: sent again, its base64 is not decoded again."""
+    """A data: URI is kept by its text: sent again, its base64 is not decoded again, and the
+    image is named by the field it comes in this time."""
     uri = data_uri(image_bytes(size=(20, 10), color=9))
-    (first,) = load([uri])
-    assert recent(recent_key(uri, DEFAULT.limits.max_pixels)) is not None
-    (again,) = load([uri])
-    assert again is first
+    (first,) = sent([uri])
+    again = sent([uri, data_uri(PNG)])[0]
+    assert again.data is first.data
+    assert (first.param, again.param) == ("image0", "image0")
+    (moved,) = sent([data_uri(PNG), uri])[1:]
+    assert moved.data is first.data and moved.param == "image1"
+
+
+def test_the_header_is_checked_where_the_request_is_read_and_the_pixels_where_they_are_used() -> (
+    None
+):
+    """A header over the pixel limit is refused by the HTTP process; a file whose header reads
+    but whose pixels do not decode is refused by the worker, naming its field."""
+    data = image_bytes(size=(20, 10), color=3)
+    with pytest.raises(MediaError) as caught:
+        checked(data, 100, "messages.0.content.0")
+    assert (caught.value.code, caught.value.param) == (
+        "image_too_many_pixels",
+        "messages.0.content.0",
+    )
+    truncated = checked(data[: len(data) // 2], 1000, "messages.0.content.1")
+    assert (truncated.width, truncated.height) == (20, 10)
+    with pytest.raises(MediaError) as caught:
+        truncated.decoded()
+    assert (caught.value.code, caught.value.param) == ("invalid_image", "messages.0.content.1")

@@ -162,6 +162,34 @@ def test_limits(vision: ServerProcess) -> None:
     )
 
 
+def test_an_image_whose_pixels_do_not_decode_is_a_400_naming_it(vision: ServerProcess) -> None:
+    """Its header reads (the HTTP process checks only that), its pixels do not: the model's
+    worker, which decodes them, refuses it with the same 400, whole or streamed."""
+    broken = data_uri(noise_png(64)[:1500])
+    client = vision.openai()
+    body = refusal(client, data_uri(PNG), broken)
+    assert (body["error"]["code"], body["error"]["param"]) == (
+        "invalid_image",
+        "messages.0.content.2.image_url.url",
+    )
+    assert body["error"]["message"] == "could not decode the image: send PNG, JPEG, WebP or GIF"
+    content = [{"type": "text", "text": "Describe:"}, image_part(broken)]
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model="m", max_tokens=3, stream=True, messages=[{"role": "user", "content": content}]
+        )
+    assert caught.value.body["code"] == "invalid_image"  # type: ignore[index]
+    source = {"type": "base64", "media_type": "image/png", "data": broken.split(",", 1)[1]}
+    with pytest.raises(anthropic.BadRequestError) as counted:
+        vision.anthropic().messages.count_tokens(
+            model="m",
+            messages=[{"role": "user", "content": [{"type": "image", "source": source}]}],  # type: ignore[list-item, typeddict-item]
+        )
+    assert counted.value.status_code == 400
+    assert "could not decode the image" in str(counted.value)
+    assert ask(client, data_uri(PNG)).choices[0].finish_reason in ("stop", "length")
+
+
 def test_images_beyond_the_context_are_a_400(vision: ServerProcess) -> None:
     """A text that fits the context with images that do not: its length is known only once
     the model's worker has laid it out, and it is a 400 all the same (streamed or not, on

@@ -257,13 +257,15 @@ class TextGenerator(TextModel, Protocol):
 class EngineError(Exception):
     """A request the engine could not run; `code` is the API error code."""
 
-    def __init__(self, message: str, code: str = "engine_error") -> None:
+    def __init__(self, message: str, code: str = "engine_error", param: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.param = param
+        """The request field it is about, when it is the request's fault (a 400)."""
 
-    def __reduce__(self) -> tuple[type[EngineError], tuple[str, str]]:
-        # Keeps the code when the error crosses from a model's worker process.
-        return type(self), (str(self), self.code)
+    def __reduce__(self) -> tuple[type[EngineError], tuple[str, str, str | None]]:
+        # Keeps the code and field when the error crosses from a model's worker process.
+        return type(self), (str(self), self.code, self.param)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlxcel.backends.audio.decode import AudioError, decode_audio
-from mlxcel.media.images import Image
+from mlxcel.media.images import EncodedImage, Image
 from mlxcel.media.policy import MediaError, MediaLimits
 from mlxcel.media.sources import decode_base64
 
@@ -34,7 +34,17 @@ class Audio:
 
 
 Media = Image | Audio
-"""What a prompt's media marker stands for."""
+"""What a prompt's media marker stands for, as an engine reads it."""
+
+SentMedia = EncodedImage | Audio
+"""A request's media on their way to the model's worker: an image as it was sent (decoded in
+the worker), a clip decoded at the projector's rate."""
+
+
+def decoded(media: Sequence[SentMedia]) -> list[Media]:
+    """Each medium as an engine reads it: an image decoded (once, for the same file sent
+    again recently); a clip as it is."""
+    return [medium.decoded() if isinstance(medium, EncodedImage) else medium for medium in media]
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,30 @@
-"""A request's images: read from their sources and decoded, each limit checked on the way."""
+"""A request's images: read from their sources and their headers checked, each limit checked on
+the way; the model's worker decodes them (`EncodedImage.decoded`)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mlxcel.media.addresses import Resolver, resolve
-from mlxcel.media.images import Image, decode_kept, recent, recent_key
+from mlxcel.media.images import EncodedImage, checked
 from mlxcel.media.policy import MediaError, MediaLimits, MediaPolicy
+from mlxcel.media.recent import Recent
 from mlxcel.media.sources import data_uri, image_bytes, is_data_uri
+
+# Data: URIs read recently, by their text and the pixel limit they were read under: a picture
+# sent again (the next turn of a conversation) is not base64-decoded nor its header read again
+# (0.5 ms of the event loop for a 512x512 PNG). Python's own hash of the text (kept on the
+# string) finds it, a whole comparison confirms it. Bounded by count and bytes.
+RECENT_URIS = 16
+RECENT_URI_BYTES = 64 * 1024 * 1024
+
+
+def _kept_bytes(key: tuple[int, str], image: EncodedImage) -> int:
+    return len(key[1]) + len(image.data)
+
+
+_recent: Recent[tuple[int, str], EncodedImage] = Recent(RECENT_URIS, RECENT_URI_BYTES, _kept_bytes)
 
 
 @dataclass(frozen=True)
@@ -22,8 +37,8 @@ class ImageRef:
 
 async def load_images(
     refs: Sequence[ImageRef], policy: MediaPolicy, resolver: Resolver = resolve
-) -> list[Image]:
-    """Every image of a request, in order, decoded off the event loop."""
+) -> list[EncodedImage]:
+    """Every image of a request, in order, as it was sent, its header checked."""
     limits = policy.limits
     if len(refs) > limits.max_images:
         raise MediaError(
@@ -31,15 +46,15 @@ async def load_images(
             "(--media-max-images)",
             "too_many_images",
         )
-    images: list[Image] = []
+    images: list[EncodedImage] = []
     total = 0
     for ref in refs:
         try:
-            image, size = await _load(ref, policy, resolver)
+            image = await _load(ref, policy, resolver)
         except MediaError as exc:
             exc.param = exc.param or ref.param
             raise
-        total += size
+        total += len(image.data)
         if total > limits.max_total_bytes:
             raise MediaError(
                 f"the request's media come to more than the limit of {limits.max_total_bytes} "
@@ -51,36 +66,24 @@ async def load_images(
     return images
 
 
-async def _load(ref: ImageRef, policy: MediaPolicy, resolver: Resolver) -> tuple[Image, int]:
-    """One image and its encoded size. A data: URI is known by its text and decoded from
-    base64 on the thread that decodes its image: sent again, it is not even base64-decoded."""
+async def _load(ref: ImageRef, policy: MediaPolicy, resolver: Resolver) -> EncodedImage:
+    """One image, its size in bytes and its header checked. Neither a data: URI's base64
+    (pybase64: 0.05 ms for 600 KB) nor a header (0.02 ms) is worth a thread's hop (0.3 ms)."""
     limits = policy.limits
-    source: str | bytes
-    if is_data_uri(ref.url):
-        source = ref.url
-
-        def read() -> bytes:
-            data = data_uri(ref.url)
-            _check_size(len(data), limits, ref.param)
-            return data
-
-    else:
-        body = await image_bytes(ref.url, policy, limits.max_image_bytes, resolver)
-        _check_size(len(body), limits, ref.param)
-        source = body
-
-        def read() -> bytes:
-            return body
-
-    key = recent_key(source, limits.max_pixels)
-    # A hash here on the event loop (quicker than reading the JSON that brought the image):
-    # a picture seen recently costs no hop to a thread and back.
-    loaded = recent(key)
-    if loaded is None:
-        loaded = await asyncio.to_thread(decode_kept, key, read, limits.max_pixels, ref.param)
+    if not is_data_uri(ref.url):
+        data = await image_bytes(ref.url, policy, limits.max_image_bytes, resolver)
+        _check_size(len(data), limits, ref.param)
+        return checked(data, limits.max_pixels, ref.param)
+    key = (limits.max_pixels, ref.url)
+    kept = _recent.get(key)
+    if kept is None:
+        data = data_uri(ref.url)
+        _check_size(len(data), limits, ref.param)
+        kept = checked(data, limits.max_pixels, ref.param)
+        _recent.put(key, kept)
     # Kept from a request under the same pixel limit, maybe not under the same byte limit.
-    _check_size(loaded[1], limits, ref.param)
-    return loaded
+    _check_size(len(kept.data), limits, ref.param)
+    return replace(kept, param=ref.param)
 
 
 def _check_size(size: int, limits: MediaLimits, param: str | None) -> None:

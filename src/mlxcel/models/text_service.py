@@ -25,7 +25,8 @@ from mlxcel.engine.scheduler import Admitted
 from mlxcel.engine.slots import SlotState
 from mlxcel.engine.types import EngineError, MediaSpan, SamplingParams, TokenEvent
 from mlxcel.logs import request_scope
-from mlxcel.media.audio import Media
+from mlxcel.media.audio import SentMedia, decoded
+from mlxcel.media.policy import MediaError
 from mlxcel.models.loader import TextEngine, backend_label, load_text_engine
 from mlxcel.models.textgen import MEDIA_PROMPT_REFUSED, MediaPrompt, TextFacts, TextSequence
 from mlxcel.models.worker import CALL_THREADS, StreamSink
@@ -94,19 +95,27 @@ class TextService:
         return self._engine.generator.token_pieces(tokens, special=special)
 
     def tokenize_with_media(
-        self, text: str, media: list[Media]
+        self, text: str, media: list[SentMedia]
     ) -> tuple[list[int], tuple[MediaSpan, ...]]:
         """A prompt's tokens with its images and clips laid out (to count them), and their
         spans without their embedding rows: a 512x512 image's 256 rows are 590 KB."""
-        tokens, spans = self._media_model().tokenize_with_media(text, media)
+        tokens, spans = self._laid_out(text, media)
         emptied = [replace(s, embeddings=np.empty((len(s.embeddings), 0))) for s in spans]
         return tokens, tuple(emptied)
 
-    def _media_model(self) -> TakesMedia:
+    def _laid_out(
+        self, text: str, media: Sequence[SentMedia]
+    ) -> tuple[list[int], tuple[MediaSpan, ...]]:
+        """The generator's layout of a prompt, its images decoded here first; an image that
+        does not decode is the request's fault (an EngineError naming its field)."""
         generator = self._engine.generator
         if not isinstance(generator, TakesMedia):
             raise ValueError("this model does not read images or audio")
-        return generator
+        try:
+            read = decoded(media)
+        except MediaError as exc:
+            raise EngineError(exc.message, exc.code, exc.param) from exc
+        return generator.tokenize_with_media(text, read)
 
     def slots(self) -> list[tuple[SlotState, int, int]]:
         """The scheduler's snapshot for /slots."""
@@ -156,10 +165,11 @@ class TextService:
         self, sinks: Sequence[StreamSink], prompt: MediaPrompt, params: list[SamplingParams]
     ) -> list[Admitted]:
         """The sequences of a media prompt, each one's answer held to the room it leaves."""
-        generator = self._media_model()
         try:
-            tokens, spans = generator.tokenize_with_media(prompt.text, prompt.media)
+            tokens, spans = self._laid_out(prompt.text, prompt.media)
         except EngineError as exc:
+            if exc.param is not None:
+                raise  # an image that does not decode: its own 400, naming its field
             raise EngineError(str(exc), MEDIA_PROMPT_REFUSED) from exc
         n_ctx = self._engine.generator.n_ctx_seq
         overflow = context_overflow(len(tokens), n_ctx)

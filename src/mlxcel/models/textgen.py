@@ -17,7 +17,7 @@ from mlxcel.engine.handle import RequestHandle, ends
 from mlxcel.engine.sampling import SamplingDefaults
 from mlxcel.engine.slots import SlotState
 from mlxcel.engine.types import ChatTemplate, EngineError, MediaSpan, SamplingParams, TokenEvent
-from mlxcel.media.audio import Media
+from mlxcel.media.audio import SentMedia
 from mlxcel.models.remote import Worker, WorkerGone
 
 # The engine error code of a request whose model's worker died under it (a 503).
@@ -35,7 +35,7 @@ class MediaPrompt:
     worker to be laid out into tokens (and its media embedded) there."""
 
     text: str
-    media: tuple[Media, ...]
+    media: tuple[SentMedia, ...]
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ class RemoteMediaModel(RemoteTextModel):
         return self._facts.audio_rate
 
     def tokenize_with_media(
-        self, text: str, media: Sequence[Media]
+        self, text: str, media: Sequence[SentMedia]
     ) -> tuple[list[int], tuple[MediaSpan, ...]]:
         """The prompt's tokens and where its media sit (the spans carry no rows: they stay in
         the worker, which embeds them again, or from its cache, for a generation)."""

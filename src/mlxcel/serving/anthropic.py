@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mlxcel.media.audio import Media
+from mlxcel.media.audio import SentMedia
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.anthropic import CountTokensRequest, MessagesRequest
 from mlxcel.serving.answer import parse_answer
@@ -36,7 +36,7 @@ def prepare_message(
     n_predict: int,
     tool_parser: str,
     reasoning_parser: str,
-    media: Sequence[Media] = (),
+    media: Sequence[SentMedia] = (),
 ) -> MessageJob:
     """Render the request through the chat path; the generation carries the message's id."""
     chat = chat_request(request)
@@ -50,7 +50,7 @@ def count_tokens(
     model: LoadedModel,
     request: CountTokensRequest,
     tool_parser: str,
-    media: Sequence[Media] = (),
+    media: Sequence[SentMedia] = (),
 ) -> dict[str, int]:
     """POST /v1/messages/count_tokens: the prompt length /v1/messages would run."""
     prompt = chat_prompt(model, chat_request(request), tool_parser, media)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mlxcel.engine.types import TokenEvent
-from mlxcel.media.audio import Media
+from mlxcel.media.audio import SentMedia
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.serving.answer import AnswerStream, parse_answer, renders_special_tokens
@@ -65,7 +65,7 @@ def chat_prompt(
     model: LoadedModel,
     request: ChatCompletionRequest,
     tool_parser: str = "auto",
-    media: Sequence[Media] = (),
+    media: Sequence[SentMedia] = (),
 ) -> list[int]:
     """The prompt tokens for a chat request, through the model's own template."""
     return prompt_tokens(model, chat_text(model, request, tool_parser), media)
@@ -105,7 +105,7 @@ def prepare_chat(
     n_predict: int,
     tool_parser: str,
     reasoning_parser: str,
-    media: Sequence[Media] = (),
+    media: Sequence[SentMedia] = (),
 ) -> ChatJob:
     """One generation per requested choice, sampling resolved; a forced tool call constrained."""
     plan = _plan(model, request, tool_parser)

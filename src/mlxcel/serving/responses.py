@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mlxcel.media.audio import Media
+from mlxcel.media.audio import SentMedia
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.responses import ResponsesRequest
 from mlxcel.serving.answer import renders_special_tokens
@@ -65,7 +65,7 @@ def prepare_response(
     n_predict: int,
     tool_parser: str = "auto",
     reasoning_parser: str = "auto",
-    images: Sequence[Media] = (),
+    images: Sequence[SentMedia] = (),
     image_urls: tuple[str, ...] = (),
 ) -> ResponseRun:
     """Check the fields, render instructions, history and input, and resolve sampling;

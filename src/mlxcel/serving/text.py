@@ -201,6 +201,8 @@ def prepare_choices(
 
 
 def _engine_error(error: EngineError, generation: Generation) -> APIError:
+    if error.param is not None:
+        return invalid_request(str(error), error.param, error.code)
     if error.code == MEDIA_PROMPT_REFUSED:
         return invalid_request(str(error), generation.prompt_param)
     if error.code == CONTEXT_LENGTH_EXCEEDED:

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 from mlxcel.engine.media import TakesMedia
 from mlxcel.engine.types import EngineError
-from mlxcel.media.audio import AudioRef, Media, load_audio
+from mlxcel.media.audio import AudioRef, SentMedia, load_audio
 from mlxcel.media.loader import ImageRef, load_images
 from mlxcel.media.policy import MediaError, MediaPolicy
 from mlxcel.models.loaded import LoadedModel
-from mlxcel.models.textgen import MediaPrompt
+from mlxcel.models.textgen import MediaPrompt, RemoteMediaModel
 from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.protocol.responses import FunctionCallOutputItem, MessageItem, ResponsesRequest
 from mlxcel.serving.errors import invalid_request
@@ -82,7 +82,7 @@ def checked_parts(parts: Iterator[MediaPart], model: LoadedModel) -> list[MediaP
 
 async def request_media(
     parts: Iterator[MediaPart], model: LoadedModel, policy: MediaPolicy
-) -> list[Media]:
+) -> list[SentMedia]:
     """The request's images and audio clips in prompt order: images fetched and decoded under
     the server's media policy, clips decoded at the rate the model's projector takes."""
     checked = checked_parts(parts, model)
@@ -106,7 +106,7 @@ async def request_media(
 
 
 def laid_out(
-    model: LoadedModel, text: str, media: Sequence[Media], param: str = "messages"
+    model: LoadedModel, text: str, media: Sequence[SentMedia], param: str = "messages"
 ) -> list[int] | MediaPrompt:
     """A rendered prompt as a generation takes it: its tokens, or with media a `MediaPrompt`,
     which the model's worker lays out when the generation starts (tokenized and its media
@@ -122,15 +122,17 @@ def laid_out(
 
 
 def prompt_tokens(
-    model: LoadedModel, text: str, media: Sequence[Media], param: str = "messages"
+    model: LoadedModel, text: str, media: Sequence[SentMedia], param: str = "messages"
 ) -> list[int]:
     """A rendered prompt's tokens, its media laid out by the model's worker (to count them)."""
     prompt = laid_out(model, text, media, param)
     if not isinstance(prompt, MediaPrompt):
         return prompt
     generator = model.generator
-    assert isinstance(generator, TakesMedia)
+    assert isinstance(generator, RemoteMediaModel)
     try:
         return generator.tokenize_with_media(text, media)[0]
     except EngineError as exc:
+        if exc.param is not None:
+            raise invalid_request(str(exc), exc.param, exc.code) from exc
         raise invalid_request(str(exc), param) from exc
