@@ -26,11 +26,10 @@ from mlxcel.serving.text import (
     prepare_choices,
     stream_all,
     system_fingerprint,
-    total_usage,
-    usage_chunk,
 )
 from mlxcel.serving.timings import answer_timings, progress_chunk, with_timings
 from mlxcel.serving.tools import DEFAULT_PARSER, ToolPlan, plan_tools, template_messages
+from mlxcel.serving.usage import total_usage, usage_chunk
 from mlxcel.serving.vision import laid_out, prompt_tokens
 
 

@@ -19,11 +19,10 @@ from mlxcel.serving.text import (
     prepare_choices,
     stream_all,
     system_fingerprint,
-    total_usage,
-    usage_chunk,
 )
 from mlxcel.serving.timings import answer_timings, progress_chunk, with_timings
 from mlxcel.serving.tokens import tokenize_prompt
+from mlxcel.serving.usage import total_usage, usage_chunk
 
 
 @dataclass

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from mlxcel.engine.types import PromptProgress
-from mlxcel.serving.text import Counted, Generation
+from mlxcel.serving.text import Generation
+from mlxcel.serving.usage import Counted
 
 
 def timings(
