@@ -328,6 +328,26 @@ def test_speech_errors_and_voices(audio_server: ServerProcess) -> None:
     assert {"emma", "fenrir"} <= {v["id"] for v in voices["data"]}
 
 
+def test_a_text_the_voice_cannot_say_is_a_400_in_every_format(
+    audio_server: ServerProcess, client: openai.OpenAI
+) -> None:
+    """Emoji and symbols alone are no words the voice reads: the same 400 as an empty input,
+    not a 200 with an empty file (mp3) or a header of no sound (wav)."""
+    url = "/v1/audio/speech"
+    with audio_server.http() as http:
+        for text in ("\U0001f600\U0001f600", "-----"):
+            for fmt in ("mp3", "wav", "pcm"):
+                body = {"input": text, "voice": "heart", "response_format": fmt}
+                status, error = _error(http, url, json=body)
+                assert (status, error["param"]) == (400, "input"), (text, fmt)
+                assert "nothing the voice can say" in str(error["message"])
+            sse = {"input": text, "voice": "heart", "stream_format": "sse"}
+            status, error = _error(http, url, json=sse)
+            assert (status, error["param"]) == (400, "input")
+    # The voice still says a text with a word among the symbols, and the server serves on.
+    assert len(spoken(client, "\U0001f600 Hello! -----", "pcm")) > 0
+
+
 def _stat(pid: int) -> list[str]:
     """The fields of /proc/PID/stat after the command's name."""
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -192,10 +192,16 @@ def _encoded(engine: Synthesizer, job: SpeechJob, fmt: SpeechFormat) -> Iterator
     """The file in `fmt` as it is encoded; a compressed format is fed 0.2 s at a time, so its
     first bytes go once a fifth of a second is encoded, not a whole sentence (mp3's encoder
     is slower than the voice, 151 ms against 76 ms for 21 s of speech here: its first bytes
-    came 23 ms after their sentence, now 2.3 ms). Raw pcm and wav go a sentence at a time."""
+    came 23 ms after their sentence, now 2.3 ms). Raw pcm and wav go a sentence at a time.
+    Nothing at all when the voice said nothing (a wav's bare header would be a file of no
+    sound, and mp3's encoder leaves no bytes), so every format is answered alike."""
     encoder = AudioEncoder(fmt, engine.sample_rate, streaming=True)
     step = engine.sample_rate // 5
+    said = False
     for samples in engine.synthesize(job):
+        if not samples.size:
+            continue
+        said = True
         parts = (
             [samples]
             if fmt in ("pcm", "wav")
@@ -206,7 +212,7 @@ def _encoded(engine: Synthesizer, job: SpeechJob, fmt: SpeechFormat) -> Iterator
             if piece:
                 yield piece
     last = encoder.finish()
-    if last:
+    if last and said:
         yield last
 
 

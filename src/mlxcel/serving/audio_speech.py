@@ -43,10 +43,20 @@ async def audio_chunks(
     model: SpeechModel, job: SpeechJob, body: SpeechRequest
 ) -> AsyncIterator[bytes]:
     """The encoded file, in pieces as each sentence is synthesised (and encoded, on the same
-    thread of the model's worker), in one of the model's places."""
+    thread of the model's worker), in one of the model's places; 400 before any piece if the
+    voice found nothing to say in the text (emoji or symbols alone): the worker sends no
+    piece then, not an empty file."""
+    said = False
     async with model.place():
         async for piece in model.engine.speak(job, body.response_format):
+            said = True
             yield piece
+    if not said:
+        raise invalid_request(
+            "'input' has nothing the voice can say: it reads words and numbers, not emoji or "
+            "symbols alone",
+            param="input",
+        )
 
 
 async def speech_events(

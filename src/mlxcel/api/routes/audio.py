@@ -130,9 +130,7 @@ async def _begun(request: Request, chunks: AsyncIterator[bytes]) -> bytes | Asyn
     the model's places frees it. The whole file instead when the stream ended with its first
     piece (a text of one sentence, whose piece and end the worker sends together): answered
     with its length, not chunked, and without a streaming response's task group."""
-    first = await unless_disconnected(request, anext(chunks, None))
-    if first is None:
-        return b""
+    first = await unless_disconnected(request, anext(chunks))
     following = asyncio.ensure_future(anext(chunks, None))
     # One turn of the loop: a stream whose end has come already runs out in it.
     await asyncio.sleep(0)
