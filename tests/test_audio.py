@@ -316,6 +316,10 @@ def test_speech_errors_and_voices(audio_server: ServerProcess) -> None:
         status, error = _error(http, url, json={"input": "Hi.", "voice": "nobody"})
         assert (status, error["code"]) == (400, "voice_not_found")
         assert "voices present: heart" in str(error["message"])
+        status, error = _error(http, url, json={"input": "Hi.", "voice": {"id": 5}})
+        assert (status, error["param"]) == (400, "voice.id")
+        status, error = _error(http, url, json={"input": "Hi.", "voice": 5})
+        assert (status, error["param"]) == (400, "voice")
         status, error = _error(http, url, json={"input": "Hi.", "voice": "heart", "speed": 5})
         assert (status, error["param"]) == (400, "speed")
         status, error = _error(

@@ -46,6 +46,33 @@ def test_schema_violation_names_the_field(http: httpx.Client) -> None:
     assert assert_envelope(response, 400, "invalid_request_error")["param"] == "prompt"
 
 
+def test_a_value_no_member_of_a_union_takes_is_named_by_its_field(http: httpx.Client) -> None:
+    """pydantic puts the union's member in an error's path ('stop.str'): the param is the
+    field the client sent, and the message says what every member wanted."""
+    for url, body, param, wanted in (
+        ("/v1/chat/completions", {"messages": HELLO, "stop": 5}, "stop", "string or a valid list"),
+        ("/v1/chat/completions", {"messages": HELLO, "tool_choice": 5}, "tool_choice", "'auto'"),
+        ("/v1/completions", {"prompt": {}}, "prompt", "string or a valid list"),
+    ):
+        error = assert_envelope(http.post(url, json=body), 400, "invalid_request_error")
+        assert error["param"] == param, error
+        assert error["message"].startswith(f"'{param}': "), error
+        assert wanted in error["message"], error
+    # The member that got furthest into the value says what is wrong, under its own path.
+    forced = {"type": "function", "function": {"name": 5}}
+    response = http.post("/v1/chat/completions", json={"messages": HELLO, "tool_choice": forced})
+    assert assert_envelope(response, 400, "invalid_request_error")["param"] == (
+        "tool_choice.function.name"
+    )
+    # The Messages API says it in its own envelope.
+    body = {"max_tokens": 5, "messages": HELLO, "system": 5}
+    response = http.post("/v1/messages", json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == (
+        "'system': Input should be a valid string or a valid list"
+    )
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [

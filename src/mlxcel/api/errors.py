@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlxcel.models.remote import WorkerGone
-from mlxcel.serving.errors import APIError, invalid_request, model_unavailable
+from mlxcel.serving.errors import APIError, field_error, invalid_request, model_unavailable
 
 # Validation errors about a field or content part the server knows but does not do.
 _UNSUPPORTED = ("unsupported_value", "unsupported_content_part")
@@ -19,19 +19,18 @@ def validation_error(exc: RequestValidationError) -> APIError:
     errors = exc.errors()
     if not errors:
         return invalid_request("invalid request body")
-    first = errors[0]
-    if first.get("type") == "json_invalid":
-        return invalid_request(f"the body is not valid JSON: {first.get('msg', '')}")
-    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
-    param = ".".join(loc) or None
-    if first.get("type") == "extra_forbidden":
+    if errors[0].get("type") == "json_invalid":
+        return invalid_request(f"the body is not valid JSON: {errors[0].get('msg', '')}")
+    found = field_error(errors)
+    param = found.path or None
+    if found.kind == "extra_forbidden":
         return invalid_request(
             f"unsupported field '{param}'", param=param, code="unsupported_field"
         )
     where = f"'{param}': " if param else ""
     # What the field policy refuses (protocol/policy.py) is a field this server cannot do.
-    code = "unsupported_field" if first.get("type") in _UNSUPPORTED else None
-    return invalid_request(f"{where}{first.get('msg', 'invalid value')}", param=param, code=code)
+    code = "unsupported_field" if found.kind in _UNSUPPORTED else None
+    return invalid_request(f"{where}{found.message}", param=param, code=code)
 
 
 def error_response(error: APIError) -> JSONResponse:

@@ -40,7 +40,7 @@ from mlxcel.protocol.chat import (
     text_parts,
 )
 from mlxcel.protocol.common import ReasoningEffort, SamplingFields
-from mlxcel.serving.errors import APIError, invalid_request
+from mlxcel.serving.errors import APIError, field_error, invalid_request
 
 # thinking.budget_tokens -> the reasoning effort templates read; Claude Code's "think",
 # "think hard" and "ultrathink" budgets land on low, medium and high.
@@ -248,9 +248,8 @@ def chat_request(request: CountTokensRequest) -> ChatCompletionRequest:
         return _chat_request(request)
     except ValidationError as exc:
         # What the Messages API takes and chat does not: a 400 naming it, never a 500.
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first.get("loc", ()))
-        raise invalid_request(f"'{where}': {first.get('msg', 'invalid value')}", where) from None
+        found = field_error(exc.errors())
+        raise invalid_request(f"'{found.path}': {found.message}", found.path) from None
 
 
 def _chat_request(request: CountTokensRequest) -> ChatCompletionRequest:

@@ -4,7 +4,8 @@ It knows nothing of the web framework: api/errors.py turns it into a response.""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 _TYPES = {
@@ -72,3 +73,59 @@ def shutting_down(message: str) -> APIError:
 def model_unavailable(message: str) -> APIError:
     """A 503 that says retry: the model's worker died under the request, or it cannot load."""
     return APIError(503, message, code="model_unavailable", headers={"Retry-After": "1"})
+
+
+# Builtin types pydantic names a union's member by, in an error's location.
+_TYPE_NAMES = frozenset({"str", "int", "float", "bool", "bytes", "list", "dict", "none"})
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """What pydantic found wrong with a body, said once: the field's path, what was wanted,
+    and pydantic's error type."""
+
+    path: str
+    message: str
+    kind: str
+
+
+def _member(part: object) -> bool:
+    """Whether a part of an error's location names a member of a union, not a field: pydantic
+    writes the member's type there ('str', 'list[str]', "literal['none','auto']", a model's
+    class name), which the client never sent."""
+    return isinstance(part, str) and (
+        part in _TYPE_NAMES or part[:1].isupper() or any(c in part for c in "[-'")
+    )
+
+
+def field_error(errors: Sequence[Mapping[str, Any]]) -> FieldError:
+    """The first of pydantic's errors about a body (not empty), by the field's path as the
+    client wrote it. A value that matched no member of a union gets an error per member: the
+    one that got furthest into the value says what is wrong ('voice.id' of `{"id": 5}`);
+    where none got past the union, what each wanted ("a valid string or a valid list" for a
+    `stop` of 5), not the first member's alone under a path such as 'stop.str'."""
+
+    def location(error: Mapping[str, Any]) -> list[Any]:
+        parts = list(error.get("loc", ()))
+        return parts[1:] if parts[:1] == ["body"] else parts  # FastAPI's own prefix
+
+    def path(error: Mapping[str, Any]) -> list[Any]:
+        return [part for part in location(error) if not _member(part)]
+
+    chosen = [errors[0]]
+    first = location(errors[0])
+    at = next((i for i, part in enumerate(first) if _member(part)), None)
+    if at is not None:
+        members = [
+            e
+            for e in errors
+            if location(e)[:at] == first[:at] and len(location(e)) > at and _member(location(e)[at])
+        ]
+        depth = max(len(location(e)) for e in members)
+        deepest = [e for e in members if len(location(e)) == depth]
+        chosen = [e for e in deepest if path(e) == path(deepest[0])]
+    said = list(dict.fromkeys(str(e.get("msg", "invalid value")) for e in chosen))
+    message = said[0] + "".join(f" or {m.removeprefix('Input should be ')}" for m in said[1:])
+    return FieldError(
+        ".".join(str(part) for part in path(chosen[0])), message, str(chosen[0].get("type", ""))
+    )
