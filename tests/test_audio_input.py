@@ -176,3 +176,26 @@ def test_responses_takes_no_audio_parts(hears: ServerProcess) -> None:
     error = response.json()["error"]
     assert error["param"] == "input.0.message.content.1"
     assert "/v1/chat/completions" in error["message"]
+
+
+def test_llama_servers_completion_hears_a_clip_in_multimodal_data(hears: ServerProcess) -> None:
+    """A file of `multimodal_data` that is no image is a clip, for a model that hears."""
+
+    def complete(*clips: bytes) -> Any:
+        text = "Listen:" + " <__media__>" * len(clips)
+        data = [base64.b64encode(clip).decode() for clip in clips]
+        body = {"prompt": {"prompt_string": text, "multimodal_data": data}, "n_predict": 1}
+        with hears.http() as http:
+            return http.post("/completion", json=body)
+
+    alone, heard = complete().json(), complete(WAV).json()
+    assert heard["tokens_evaluated"] > alone["tokens_evaluated"]
+    # What is neither an image nor audio is named by its place.
+    response = complete(b"just some words, not a recording")
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["param"], error["code"]) == ("prompt.multimodal_data.0", "invalid_audio")
+    # An image is told by its bytes, and this model sees none.
+    response = complete(image_bytes())
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "model does not support image input"

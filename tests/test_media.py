@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mlxcel.media.addresses import IPAddress, Resolver, refusal
-from mlxcel.media.images import EncodedImage, Image, checked
+from mlxcel.media.images import EncodedImage, Image, checked, image_type
 from mlxcel.media.loader import ImageRef, load_images
 from mlxcel.media.policy import MediaError, MediaLimits, MediaPolicy, parse_hosts
 from tests.media_util import MIME, bomb_png, data_uri, http_server, image_bytes
@@ -60,6 +60,18 @@ def names(table: dict[str, list[str]]) -> Resolver:
 def test_data_uri_of_every_format_decodes(fmt: str) -> None:
     (image,) = load([data_uri(image_bytes(fmt, (12, 8)), MIME[fmt])])
     assert (image.width, image.height, len(image.rgb)) == (12, 8, 12 * 8 * 3)
+
+
+@pytest.mark.parametrize("fmt", list(MIME))
+def test_an_image_is_told_by_its_first_bytes(fmt: str) -> None:
+    assert image_type(image_bytes(fmt)[:12]) == MIME[fmt]
+
+
+def test_other_files_are_no_image() -> None:
+    # A WAV file is RIFF as WebP is; then its own type follows.
+    wav = b"RIFF\x24\x00\x00\x00WAVEfmt "
+    for head in (wav, b"ID3\x04", b"fLaC", b"OggS", b"%PDF-1.7", b"BM", b""):
+        assert image_type(head) is None
 
 
 def test_base64_wrapped_in_lines_decodes_as_the_same_image() -> None:

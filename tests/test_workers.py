@@ -21,7 +21,7 @@ import pytest
 
 from mlxcel.config import ModelConfig
 from mlxcel.engine.types import EngineError, MediaSpan, SamplingParams, TokenEvent
-from mlxcel.media.images import Image
+from mlxcel.media.images import MEDIA_MARKER, Image
 from mlxcel.models.text_service import TextService
 from mlxcel.models.textgen import MEDIA_PROMPT_REFUSED, MediaPrompt
 from tests._client_util import default_gguf
@@ -246,7 +246,7 @@ class _Projecting:
     """A generator with a projector, as the worker's TextService sees one: each image is two
     rows of its own (a "refuse" image is refused), and the scheduler records what it is given."""
 
-    media_marker = "<__media__>"
+    media_marker = MEDIA_MARKER
     audio_rate = None
     n_ctx_seq = 8
 
@@ -297,13 +297,13 @@ def test_the_worker_lays_out_a_media_prompt_and_starts_its_generation() -> None:
     engine = _Projecting()
     service = TextService(ModelConfig(model=default_gguf()), engine)  # type: ignore[arg-type]
     images = [_image("x"), _image("y")]
-    tokens, spans = service.tokenize_with_media("a <__media__> b <__media__>", images)
+    tokens, spans = service.tokenize_with_media(f"a {MEDIA_MARKER} b {MEDIA_MARKER}", images)
     assert [span.embeddings.shape for span in spans] == [(2, 0), (2, 0)]
     assert [span.end for span in spans] == [3, 5]
     params = SamplingParams(max_tokens=100, temperature=0, top_p=1, top_k=0, min_p=0)
     short = replace(params, max_tokens=1)
     sinks = [_Sink(), _Sink()]
-    prompt = MediaPrompt("a <__media__> b <__media__>", tuple(images))
+    prompt = MediaPrompt(f"a {MEDIA_MARKER} b {MEDIA_MARKER}", tuple(images))
     service.generate_with_media(sinks, prompt, [params, short])  # type: ignore[arg-type]
     _wait_for(lambda: len(engine.submitted) == 2, "queued")
     (one, given, held, rows), (two, _, kept, _) = engine.submitted
@@ -318,7 +318,7 @@ def test_the_worker_lays_out_a_media_prompt_and_starts_its_generation() -> None:
         ),
     ):
         refused = [_Sink(), _Sink()]
-        laid = MediaPrompt("<__media__>" * len(media), tuple(media))
+        laid = MediaPrompt(MEDIA_MARKER * len(media), tuple(media))
         service.generate_with_media(refused, laid, [params] * 2)  # type: ignore[arg-type]
         for sink in refused:
             assert sink.delivered.wait(10)

@@ -13,8 +13,13 @@ from PIL import Image as PILImage
 from mlxcel.media.policy import MediaError
 from mlxcel.media.recent import Recent
 
-# Where an image sits in a rendered prompt (libmtmd's default marker, which it is given).
-MEDIA_MARKER = "<__media__>"
+# Where an image or audio clip sits in a rendered prompt, as the engines are given it (libmtmd
+# as its media marker): not llama-server's marker, which a message may quote (a question about
+# llama.cpp, with a screenshot), and which then stays the text it is.
+MEDIA_MARKER = "<__mlxcel_media__>"
+# llama-server's marker (libmtmd's default): where media sit in its /completion prompts and in
+# /apply-template's answers.
+LLAMA_MEDIA_MARKER = "<__media__>"
 
 # Images decoded recently in this process (a model's worker), by their encoded bytes and the
 # pixel limit they were read under: a picture sent again (the next turn of a conversation) is
@@ -26,6 +31,20 @@ RECENT_BYTES = 64 * 1024 * 1024
 
 # Formats a request may send, by the MIME types that name them.
 FORMATS = {"image/png": "PNG", "image/jpeg": "JPEG", "image/webp": "WEBP", "image/gif": "GIF"}
+
+
+def image_type(head: bytes) -> str | None:
+    """The MIME type of an image in one of FORMATS, by the first 12 bytes of its file; None
+    for anything else (a WAV file is RIFF too, but not WEBP)."""
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if head.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
+        return "image/webp"
+    return None
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from mlxcel.protocol.common import Prompt, Prompts, SamplingFields, prompt_batch
 from mlxcel.protocol.policy import Strict
 
@@ -20,10 +22,19 @@ class DetokenizeRequest(Strict):
     model: str | None = None
 
 
+class MultimodalPrompt(Strict):
+    """llama-server's prompt with media: text whose `<__media__>` markers stand for the items
+    of `multimodal_data` in order, each a base64 file (an image, or an audio clip for a model
+    that hears)."""
+
+    prompt_string: str
+    multimodal_data: list[str] = Field(default_factory=list)
+
+
 class NativeCompletionRequest(SamplingFields):
     """POST /completion: llama-server's fields; any other one is a 400 that names it."""
 
-    prompt: Prompts
+    prompt: Prompts | MultimodalPrompt
     return_tokens: bool = False
     # Keep only these fields of the answer; "a/b" takes b out of a, under the name "a/b".
     response_fields: list[str] | None = None
@@ -37,5 +48,8 @@ class NativeCompletionRequest(SamplingFields):
         return super().unsupported()
 
     def prompts(self) -> list[Prompt]:
-        """The prompt as a list of prompts, each text, token ids or both."""
+        """The prompt as a list of prompts, each text, token ids or both (a prompt with media:
+        its text)."""
+        if isinstance(self.prompt, MultimodalPrompt):
+            return [self.prompt.prompt_string]
         return prompt_batch(self.prompt)

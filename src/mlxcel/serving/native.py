@@ -10,11 +10,14 @@ from typing import Any
 import mlxcel
 from mlxcel.engine.capabilities import ReportsKvCache
 from mlxcel.engine.types import SamplingParams, TextModel, TokenEvent, TokenLogprob
+from mlxcel.media.audio import SentMedia
+from mlxcel.media.images import LLAMA_MEDIA_MARKER, MEDIA_MARKER
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.protocol.common import SamplingFields
 from mlxcel.protocol.native import (
     DetokenizeRequest,
+    MultimodalPrompt,
     NativeCompletionRequest,
     TokenizeRequest,
 )
@@ -33,6 +36,7 @@ from mlxcel.serving.text import (
 )
 from mlxcel.serving.timings import timings_of
 from mlxcel.serving.tokens import check_vocabulary, detokenize_ids, tokenize_prompt
+from mlxcel.serving.vision import laid_out
 
 # What llama-server reports as the seed of a request that asked for none (LLAMA_DEFAULT_SEED).
 RANDOM_SEED = 0xFFFFFFFF
@@ -69,7 +73,9 @@ def apply_template(
 ) -> dict[str, str]:
     """POST /apply-template: the prompt a chat request would run, with its tools, template
     kwargs and reasoning effort, generation prompt included."""
-    return {"prompt": chat_text(model, request, tool_parser)}
+    return {
+        "prompt": chat_text(model, request, tool_parser).replace(MEDIA_MARKER, LLAMA_MEDIA_MARKER)
+    }
 
 
 def count_input_tokens(
@@ -166,9 +172,29 @@ class NativeJob:
 
 
 def prepare_native(
-    model: LoadedModel, request: NativeCompletionRequest, n_predict: int
+    model: LoadedModel,
+    request: NativeCompletionRequest,
+    n_predict: int,
+    media: Sequence[SentMedia] = (),
 ) -> NativeJob:
-    """Tokenize each prompt as the GGUF says (ids are taken as they are); resolve sampling."""
+    """Tokenize each prompt as the GGUF says (ids are taken as they are); resolve sampling. A
+    prompt with media (`multimodal_data`, loaded by the route) is laid out in the model's
+    worker, as a chat's is."""
+    if isinstance(request.prompt, MultimodalPrompt):
+        text = request.prompt.prompt_string
+        markers = text.count(LLAMA_MEDIA_MARKER)
+        if media and markers != len(media):
+            raise invalid_request(
+                f"the prompt has {markers} media markers ({LLAMA_MEDIA_MARKER}) for "
+                f"{len(media)} items of multimodal_data: one marker stands for each",
+                "prompt",
+            )
+        engines = text.replace(LLAMA_MEDIA_MARKER, MEDIA_MARKER) if media else text
+        prompt = laid_out(model, engines, media, "prompt")
+        generations = prepare_choices(
+            model, new_id("cmpl"), [prompt], request, request.token_limit(), n_predict
+        )
+        return NativeJob(generations, [text], request)
     generator = model.generator
     prompts = [tokenize_prompt(generator, prompt) for prompt in request.prompts()]
     return native_job(model, request, prompts, n_predict)

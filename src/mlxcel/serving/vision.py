@@ -9,11 +9,14 @@ from dataclasses import dataclass
 from mlxcel.engine.media import TakesMedia
 from mlxcel.engine.types import EngineError
 from mlxcel.media.audio import AudioRef, SentMedia, load_audio
+from mlxcel.media.images import MEDIA_MARKER, image_type
 from mlxcel.media.loader import ImageRef, load_images
 from mlxcel.media.policy import MediaError, MediaPolicy
+from mlxcel.media.sources import decode_base64
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.models.textgen import MediaPrompt, RemoteMediaModel
 from mlxcel.protocol.chat import ChatCompletionRequest
+from mlxcel.protocol.native import MultimodalPrompt
 from mlxcel.protocol.responses import FunctionCallOutputItem, MessageItem, ResponsesRequest
 from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.tokens import check_text_size
@@ -56,6 +59,30 @@ def responses_media(request: ResponsesRequest) -> Iterator[MediaPart]:
             if part.type == "input_image" and part.image_url is not None:
                 param = f"input.{i}.{field}.{j}"
                 yield MediaPart("image", param, part.image_url, f"{param}.image_url")
+
+
+def native_media(prompt: MultimodalPrompt, model: LoadedModel) -> Iterator[MediaPart]:
+    """llama-server's `multimodal_data`, in order: an image where the file begins as a PNG,
+    JPEG, WebP or GIF does, else (for a model that hears) an audio clip, whose decoder says
+    what it is; a 400 naming the item for anything else."""
+    hears = "audio" in model.generator.input_modalities
+    for i, data in enumerate(prompt.multimodal_data):
+        param = f"prompt.multimodal_data.{i}"
+        try:
+            # 16 characters of base64 are the file's first 12 bytes.
+            mime = image_type(decode_base64(data.lstrip()[:16]))
+        except MediaError:
+            raise invalid_request("the item is not valid base64", param, "invalid_image") from None
+        if mime is not None:
+            yield MediaPart("image", param, f"data:{mime};base64,{data}", param)
+        elif hears:
+            yield MediaPart("audio", param, data, param)
+        else:
+            raise invalid_request(
+                "the item is not a PNG, JPEG, WebP or GIF image (and the model takes no audio)",
+                param,
+                "invalid_image",
+            )
 
 
 def history_media(urls: Sequence[str], param: str) -> Iterator[MediaPart]:
@@ -118,6 +145,9 @@ def laid_out(
         return generator.tokenize(text, add_special=generator.add_bos, parse_special=True)
     if not isinstance(generator, TakesMedia):
         raise invalid_request("model does not support image input", "messages")
+    if text.count(MEDIA_MARKER) != len(media):
+        # The text itself holds the server's marker: it would take an image's place.
+        raise invalid_request(f"the text may not hold {MEDIA_MARKER} beside images", param)
     return MediaPrompt(text, tuple(media))
 
 

@@ -16,15 +16,18 @@ from mlxcel.api.body_check import CheckedJsonRoute
 from mlxcel.api.routes.text import unless_disconnected
 from mlxcel.api.sse import DONE, event_stream
 from mlxcel.api.state import model_for
+from mlxcel.media.audio import SentMedia
 from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.protocol.infill import InfillRequest
 from mlxcel.protocol.native import (
     DetokenizeRequest,
+    MultimodalPrompt,
     NativeCompletionRequest,
     TokenizeRequest,
 )
 from mlxcel.serving import native
 from mlxcel.serving.infill import prepare_infill
+from mlxcel.serving.vision import native_media, request_media
 
 router = APIRouter(route_class=CheckedJsonRoute, dependencies=[Depends(require_api_key)])
 
@@ -91,7 +94,11 @@ async def completion(
     OpenAI client whose base URL lacks /v1 works (see text.py).
     """
     model = await model_for(request, body.model)
-    prepared = await asyncio.to_thread(native.prepare_native, model, body, model.n_predict)
+    media: list[SentMedia] = []
+    if isinstance(body.prompt, MultimodalPrompt):
+        parts = native_media(body.prompt, model)
+        media = await request_media(parts, model, request.app.state.media)
+    prepared = await asyncio.to_thread(native.prepare_native, model, body, model.n_predict, media)
     return await _native_answer(request, prepared)
 
 
