@@ -19,6 +19,7 @@ from bench.vision_models import VisionShape
 from bench.vision_models import build as build_projector
 
 from mlxcel.media.images import LLAMA_MEDIA_MARKER as MARKER
+from mlxcel.media.images import MEDIA_MARKER
 from tests.conftest import serving
 from tests.media_util import MIME, image_bytes
 from tests.server_process import ServerProcess
@@ -161,3 +162,18 @@ def test_a_chat_message_may_quote_the_marker_beside_an_image(vision: ServerProce
         applied = http.post("/apply-template", json={"messages": messages}).json()["prompt"]
     # /apply-template writes the image's place as llama-server does: the quote and the image.
     assert applied.count(MARKER) == 2
+
+
+def test_a_message_holding_the_engines_marker_beside_an_image_is_a_400(
+    vision: ServerProcess,
+) -> None:
+    """The marker the engines are given would take an image's place: it is refused, named."""
+    content = [{"type": "text", "text": f"Say {MEDIA_MARKER}"}, image_part()]
+    body = {"messages": [{"role": "user", "content": content}], "max_tokens": 1}
+    with vision.http() as http:
+        found = error(http.post("/v1/chat/completions", json=body))
+        assert found["param"] == "messages"
+        assert MEDIA_MARKER in found["message"]
+        # Without an image it is only text.
+        body["messages"] = [{"role": "user", "content": f"Say {MEDIA_MARKER}"}]
+        assert http.post("/v1/chat/completions", json=body).status_code == 200

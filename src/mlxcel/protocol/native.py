@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from mlxcel.protocol.common import Prompt, Prompts, SamplingFields, prompt_batch
+from mlxcel.protocol.common import Prompts, SamplingFields
 from mlxcel.protocol.policy import Strict
 
 
@@ -46,10 +46,3 @@ class NativeCompletionRequest(SamplingFields):
         if self.stream_options is not None:
             return "stream_options"
         return super().unsupported()
-
-    def prompts(self) -> list[Prompt]:
-        """The prompt as a list of prompts, each text, token ids or both (a prompt with media:
-        its text)."""
-        if isinstance(self.prompt, MultimodalPrompt):
-            return [self.prompt.prompt_string]
-        return prompt_batch(self.prompt)

@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mlxcel.engine.types import EngineError
+
 _TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -73,6 +75,14 @@ def shutting_down(message: str) -> APIError:
 def model_unavailable(message: str) -> APIError:
     """A 503 that says retry: the model's worker died under the request, or it cannot load."""
     return APIError(503, message, code="model_unavailable", headers={"Retry-After": "1"})
+
+
+def refused(error: EngineError, param: str) -> APIError:
+    """A 400 for an engine that refused a request's prompt: naming the field the error names
+    (an image that does not decode), else `param`, the prompt's own."""
+    if error.param is not None:
+        return invalid_request(str(error), error.param, error.code)
+    return invalid_request(str(error), param)
 
 
 # Builtin types pydantic names a union's member by, in an error's location.

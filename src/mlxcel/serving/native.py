@@ -14,7 +14,7 @@ from mlxcel.media.audio import SentMedia
 from mlxcel.media.images import LLAMA_MEDIA_MARKER, MEDIA_MARKER
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.chat import ChatCompletionRequest
-from mlxcel.protocol.common import SamplingFields
+from mlxcel.protocol.common import SamplingFields, prompt_batch
 from mlxcel.protocol.native import (
     DetokenizeRequest,
     MultimodalPrompt,
@@ -196,7 +196,7 @@ def prepare_native(
         )
         return NativeJob(generations, [text], request)
     generator = model.generator
-    prompts = [tokenize_prompt(generator, prompt) for prompt in request.prompts()]
+    prompts = [tokenize_prompt(generator, prompt) for prompt in prompt_batch(request.prompt)]
     return native_job(model, request, prompts, n_predict)
 
 

@@ -21,6 +21,7 @@ from mlxcel.serving.errors import (
     APIError,
     invalid_request,
     model_unavailable,
+    refused,
     server_busy,
     shutting_down,
 )
@@ -200,10 +201,8 @@ def prepare_choices(
 
 
 def _engine_error(error: EngineError, generation: Generation) -> APIError:
-    if error.param is not None:
-        return invalid_request(str(error), error.param, error.code)
-    if error.code == MEDIA_PROMPT_REFUSED:
-        return invalid_request(str(error), generation.prompt_param)
+    if error.param is not None or error.code == MEDIA_PROMPT_REFUSED:
+        return refused(error, generation.prompt_param)
     if error.code == CONTEXT_LENGTH_EXCEEDED:
         return invalid_request(str(error), generation.prompt_param, error.code)
     if error.code == MODEL_UNAVAILABLE:

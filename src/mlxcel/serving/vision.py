@@ -18,7 +18,7 @@ from mlxcel.models.textgen import MediaPrompt, RemoteMediaModel
 from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.protocol.native import MultimodalPrompt
 from mlxcel.protocol.responses import FunctionCallOutputItem, MessageItem, ResponsesRequest
-from mlxcel.serving.errors import invalid_request
+from mlxcel.serving.errors import invalid_request, refused
 from mlxcel.serving.tokens import check_text_size
 
 
@@ -163,6 +163,4 @@ def prompt_tokens(
     try:
         return generator.tokenize_with_media(text, media)[0]
     except EngineError as exc:
-        if exc.param is not None:
-            raise invalid_request(str(exc), exc.param, exc.code) from exc
-        raise invalid_request(str(exc), param) from exc
+        raise refused(exc, param) from exc
