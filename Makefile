@@ -28,12 +28,14 @@ test: $(TEST_STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy src/mlxcel
+	$(BIN)/lint-imports
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy src/mlxcel
+	$(BIN)/lint-imports
 
 install: $(SERVER_STAMP)
 

@@ -15,7 +15,7 @@ Prints each ratio. Speech is also timed through bench/bare.py (a bare ASGI app o
 the voice on its event loop, in the same interleaved rounds): the ratio the least an HTTP
 server can add here leaves, the ceiling of the server's own.
 
-This process's allocator keeps freed memory as the server's workers do (models/memory.py):
+This process's allocator keeps freed memory as the server's workers do (memory.py):
 without it, which is how a plain script runs faster-whisper, glibc maps and faults in Whisper's
 54 MB attention matrices afresh on every request, and the in-process side here ran 1.5x slower
 (or less, after other large frees here raised glibc's own threshold).
@@ -59,7 +59,6 @@ import openai
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare import _free_port, _start
 
-from mlxcel.backends.audio.decode import decode_audio
 from mlxcel.backends.audio.defaults import packaged_transcription
 from mlxcel.backends.audio.encode import AudioEncoder, encode_audio
 from mlxcel.backends.audio.faster_whisper import (
@@ -69,9 +68,10 @@ from mlxcel.backends.audio.faster_whisper import (
 from mlxcel.backends.audio.hibari_voice import HibariSynthesizer
 from mlxcel.backends.audio.speech import SpeechJob
 from mlxcel.backends.audio.transcript import TranscribeJob
-from mlxcel.config import usable_cores
-from mlxcel.models.audio import default_parallel
-from mlxcel.models.memory import keep_freed_memory
+from mlxcel.config.engines import default_parallel
+from mlxcel.config.settings import usable_cores
+from mlxcel.media.decode import decode_audio
+from mlxcel.memory import keep_freed_memory
 
 FALLBACK = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
 TEXTS = (
@@ -205,7 +205,7 @@ def strategies(path: Path, threads: int, samples: list[np.ndarray]) -> dict[str,
 
 
 def main() -> None:
-    # The server's workers keep freed memory for reuse (models/memory.py); so does this side.
+    # The server's workers keep freed memory for reuse (memory.py); so does this side.
     keep_freed_memory()
     threads = usable_cores()
     voice = HibariSynthesizer()

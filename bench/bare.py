@@ -84,9 +84,9 @@ def app_for(answer: Callable[[dict[str, Any]], Answer]) -> Any:
 
 
 def main(argv: list[str]) -> None:
-    from mlxcel.models.memory import keep_freed_memory
+    from mlxcel.memory import keep_freed_memory
 
-    # As the server's workers do (models/memory.py): large buffers are reused, not faulted in
+    # As the server's workers do (memory.py): large buffers are reused, not faulted in
     # afresh on every request.
     keep_freed_memory()
     kind, port = argv[1], int(argv[2])

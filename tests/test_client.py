@@ -168,7 +168,8 @@ def test_status_errors_map_to_classes() -> None:
 
 SERVER_MODULES = (
     "llama_cpp fastapi uvicorn starlette "
-    "mlxcel.api mlxcel.engine mlxcel.serving mlxcel.backends mlxcel.cli mlxcel.weights"
+    "mlxcel.api mlxcel.engine mlxcel.serving mlxcel.backends mlxcel.cli mlxcel.weights "
+    "mlxcel.config mlxcel.models mlxcel.worker mlxcel.wire mlxcel.protocol"
 )
 
 

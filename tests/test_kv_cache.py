@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mlxcel.backends.llamacpp.kv_cache import KV_TYPES
-from mlxcel.config import KV_CACHE_TYPES
+from mlxcel.config.settings import KV_CACHE_TYPES
 from tests._client_util import default_gguf
 from tests.conftest import serving
 from tests.server_process import ServerProcess

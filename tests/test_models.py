@@ -15,7 +15,7 @@ import openai
 import pytest
 from prometheus_client import CollectorRegistry
 
-from mlxcel.config import ModelConfig
+from mlxcel.config.settings import ModelConfig
 from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.models.entry import MissingCapability, ModelNotFound
 from mlxcel.models.registry import ModelRegistry

@@ -13,7 +13,7 @@ from fastapi.responses import StreamingResponse
 
 from mlxcel.api.errors import install_error_handlers
 from mlxcel.api.sse import event_stream
-from mlxcel.serving.errors import APIError
+from mlxcel.protocol.errors import APIError
 
 
 def _app() -> FastAPI:

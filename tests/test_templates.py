@@ -12,8 +12,8 @@ import pytest
 
 from mlxcel.chat_templates import BUILTIN_TEMPLATES, CHATML, builtin_for
 from mlxcel.engine.types import ChatTemplate
+from mlxcel.protocol.errors import APIError
 from mlxcel.serving.chat_template import render_chat
-from mlxcel.serving.errors import APIError
 from tests.conftest import applied_prompt, serving
 from tests.server_process import ServerProcess
 

@@ -19,11 +19,11 @@ import numpy as np
 import openai
 import pytest
 
-from mlxcel.config import ModelConfig
+from mlxcel.config.settings import ModelConfig
 from mlxcel.engine.types import EngineError, MediaSpan, SamplingParams, TokenEvent
 from mlxcel.media.images import MEDIA_MARKER, Image
-from mlxcel.models.text_service import TextService
-from mlxcel.models.textgen import MEDIA_PROMPT_REFUSED, MediaPrompt
+from mlxcel.wire.facts import MEDIA_PROMPT_REFUSED, MediaPrompt
+from mlxcel.worker.text_service import TextService
 from tests._client_util import default_gguf
 from tests.audio_util import written_as
 from tests.conftest import ok, start

@@ -11,7 +11,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlxcel.api.hosts import Envelope, json_error
 from mlxcel.logs import RequestLog, request_scope
-from mlxcel.serving.errors import APIError
+from mlxcel.protocol.errors import APIError
 
 REQUEST_ID_HEADER = "x-request-id"
 # A client's id is kept when it is printable and short; anything else could forge log lines.

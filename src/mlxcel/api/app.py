@@ -30,9 +30,9 @@ from mlxcel.api.routes import (
 from mlxcel.api.routes.webui import webui_router
 from mlxcel.api.shutdown import Drain, RefuseWhileDraining
 from mlxcel.api.state import HoldModels
-from mlxcel.config import ServerConfig
-from mlxcel.serving.encoders import EncoderLimits
-from mlxcel.serving.errors import APIError
+from mlxcel.config.settings import ServerConfig
+from mlxcel.protocol.errors import APIError
+from mlxcel.serving.encoder_limits import EncoderLimits
 from mlxcel.serving.image_files import ImageFiles
 
 

@@ -6,7 +6,7 @@ import hmac
 
 from fastapi import Request
 
-from mlxcel.serving.errors import APIError
+from mlxcel.protocol.errors import APIError
 
 
 def presented_key(request: Request) -> str | None:

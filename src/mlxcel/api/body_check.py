@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlxcel.api.hosts import Envelope, json_error
 from mlxcel.api.limits import GUESSED_JSON
-from mlxcel.serving.errors import APIError
+from mlxcel.protocol.errors import APIError
 
 # Levels of arrays and objects a body may nest. A chat request needs about 6; a JSON schema
 # inside one is held to its own limit (serving/structured.py).

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from mlxcel.serving.errors import APIError
+from mlxcel.protocol.errors import APIError
 
 logger = logging.getLogger(__name__)
 

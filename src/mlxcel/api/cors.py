@@ -19,8 +19,8 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlxcel.api.hosts import json_error
-from mlxcel.config import ANY_ORIGIN
-from mlxcel.serving.errors import APIError
+from mlxcel.config.settings import ANY_ORIGIN
+from mlxcel.protocol.errors import APIError
 
 METHODS = "GET, POST, DELETE, OPTIONS"
 # Always allowed; a preflight's own Access-Control-Request-Headers are allowed as well (SDKs

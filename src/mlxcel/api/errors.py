@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mlxcel.models.remote import WorkerGone
-from mlxcel.serving.errors import APIError, field_error, invalid_request, model_unavailable
+from mlxcel.protocol.errors import APIError, field_error, invalid_request, model_unavailable
 
 # Validation errors about a field or content part the server knows but does not do.
 _UNSUPPORTED = ("unsupported_value", "unsupported_content_part")

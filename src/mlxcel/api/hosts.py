@@ -17,7 +17,7 @@ from collections.abc import Callable
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mlxcel.serving.errors import APIError
+from mlxcel.protocol.errors import APIError
 
 ANY_HOST = "*"
 # The body of an error a middleware answers on a path: None for the OpenAI envelope.

@@ -6,7 +6,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlxcel.api.hosts import Envelope, json_error
-from mlxcel.serving.errors import APIError
+from mlxcel.protocol.errors import APIError
 
 
 class BodyTooLarge(HTTPException):

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 import mlxcel.protocol
 from mlxcel.api.auth import require_api_key
 from mlxcel.api.routes.embeddings import RERANK_PATHS
-from mlxcel.config import ServerConfig
+from mlxcel.config.settings import ServerConfig
 from mlxcel.protocol.images import ImageEditRequest
 from mlxcel.protocol.policy import Refused
 

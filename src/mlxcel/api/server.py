@@ -23,7 +23,7 @@ from fastapi import FastAPI
 from mlxcel.api.app import create_app
 from mlxcel.api.connections import ConnectionLimits, file_limit_for, guarded_protocol
 from mlxcel.api.shutdown import ABORT_GRACE_S, DrainingServer
-from mlxcel.config import ServerConfig
+from mlxcel.config.settings import ServerConfig
 from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.models.entry import ModelUnavailable
 from mlxcel.models.images import ImageModel

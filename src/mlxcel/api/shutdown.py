@@ -20,7 +20,7 @@ import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mlxcel.api.errors import error_response
-from mlxcel.serving.errors import APIError
+from mlxcel.protocol.errors import APIError
 
 logger = logging.getLogger(__name__)
 

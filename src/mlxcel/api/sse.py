@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi.responses import StreamingResponse
 
-from mlxcel.serving.errors import APIError
+from mlxcel.protocol.errors import APIError
 
 logger = logging.getLogger(__name__)
 

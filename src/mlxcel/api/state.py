@@ -13,7 +13,7 @@ from mlxcel.models.entry import MissingCapability, ModelEntry, ModelNotFound, Mo
 from mlxcel.models.images import ImageModel
 from mlxcel.models.loaded import TEXT, Capability, Loaded, LoadedEncoder, LoadedModel
 from mlxcel.models.registry import ModelRegistry
-from mlxcel.serving.errors import APIError, model_unavailable
+from mlxcel.protocol.errors import APIError, model_unavailable
 
 _LEASES = "model_leases"
 

@@ -28,7 +28,7 @@ OUTPUT_TAIL_LINES = 20
 STOP_GRACE_S = 5.0
 POLL_INTERVAL_S = 0.1
 # Run the CLI's entry point the way its console script does, so its exit code is kept.
-_MODULE_ENTRY = "import sys; from mlxcel.cli import main; sys.exit(main())"
+_MODULE_ENTRY = "import sys; from mlxcel.cli.main import main; sys.exit(main())"
 
 
 def resolve_binary(binary: str | os.PathLike[str] | None) -> list[str]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mlxcel.backends.audio.decode import AudioError, decode_audio
+from mlxcel.media.decode import AudioError, decode_audio
 from mlxcel.media.images import EncodedImage, Image
 from mlxcel.media.policy import MediaError, MediaLimits
 from mlxcel.media.sources import decode_base64

@@ -9,9 +9,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mlxcel.config import ModelConfig
+from mlxcel.config.settings import ModelConfig
+from mlxcel.memory import weights_bytes
 from mlxcel.models.loaded import CAPABILITIES, Capability, Loaded
-from mlxcel.models.memory import weights_bytes
 
 # A model that failed may be loaded again this many times per window before its requests are
 # answered with the failure until the window passes.

@@ -12,18 +12,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from mlxcel.config import ModelConfig
+from mlxcel.config.settings import ModelConfig
 from mlxcel.engine.image_queue import ImageQueue
 from mlxcel.engine.image_types import ImageGenerator, ImageModelInfo
 from mlxcel.engine.scheduler import SchedulerLimits
 from mlxcel.models.proxies import RemoteImageGenerator
 from mlxcel.models.remote import Worker, WorkerGone
 from mlxcel.models.textgen import unavailable
-from mlxcel.progress import progress
 
 logger = logging.getLogger(__name__)
-
-IMAGE_BACKEND = "diffusers"
 
 
 @dataclass
@@ -61,23 +58,3 @@ def served_image_model(config: ModelConfig, worker: Worker, info: ImageModelInfo
     queue = ImageQueue(generator, limits=limits, name=config.served_name)
     queue.start()
     return ImageModel(config, worker, generator, queue)
-
-
-def open_image_generator(config: ModelConfig) -> ImageGenerator:
-    """Load a diffusers pipeline, a folder or a single file in one (in the model's worker
-    process)."""
-    from mlxcel.backends.images.diffusers_engine import (
-        DiffusersImageGenerator,
-        pipeline_layout_error,
-    )
-
-    why = pipeline_layout_error(config.model)
-    if why is not None:
-        raise ValueError(why)
-
-    logger.info("loading %s with diffusers (%d threads)", config.model, config.threads)
-    with progress(f"loading {config.model.name}"):
-        generator = DiffusersImageGenerator(config.model, config.threads)
-    width, height = generator.info.default_size
-    logger.info("serving %s as '%s' (%dx%d)", config.model.name, config.served_name, width, height)
-    return generator

@@ -6,12 +6,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from mlxcel.config import Kind, ModelConfig
+from mlxcel.config.engines import backend_label
+from mlxcel.config.settings import Kind, ModelConfig
 from mlxcel.engine.sampling import SamplingDefaults
 from mlxcel.engine.types import ChatTemplate, TextModel
 from mlxcel.models.audio import SpeechModel, TranscriptionModel
+from mlxcel.models.encoders import EmbeddingModel, RerankModel
 from mlxcel.models.images import ImageModel, served_image_model
-from mlxcel.models.loader import backend_label
 from mlxcel.models.proxies import (
     RemoteEmbedder,
     RemoteReranker,
@@ -19,8 +20,8 @@ from mlxcel.models.proxies import (
     RemoteTranscriber,
 )
 from mlxcel.models.remote import Worker
-from mlxcel.models.textgen import RemoteEngine, TextFacts, remote_text_model
-from mlxcel.serving.encoders import EmbeddingModel, RerankModel
+from mlxcel.models.textgen import RemoteEngine, remote_text_model
+from mlxcel.wire.facts import TextFacts
 
 Capability = Literal[
     "text",

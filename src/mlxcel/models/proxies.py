@@ -7,7 +7,7 @@ a speech file's encoded pieces, read on the event loop): what the worker sent on
 an encoder's methods are calls, an audio engine's iterators and an image batch are streams
 read one item at a time (closing one early, or an image batch's `cancelled()`, cancels it in
 the worker).
-Closing one ends the worker. The worker's side is `models/services.py`.
+Closing one ends the worker. The worker's side is `worker/services.py`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import queue
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,35 +28,16 @@ from mlxcel.engine.handle import call_on_loop
 from mlxcel.engine.image_types import ImageEvent, ImageJob, ImageModelInfo, ImageResult
 from mlxcel.models.remote import Worker, WorkerGone
 from mlxcel.models.textgen import unavailable
+from mlxcel.wire.facts import (
+    StreamEnd,
+    SynthesizerFacts,
+    TranscriberFacts,
+)
 
 # How often a stream read with a `cancelled` check looks at it while no item comes, so a cancel
 # reaches the worker within this (an image batch stops at the first step that ends after it).
 CANCEL_POLL_S = 0.05
 _NOTHING = object()
-
-
-@dataclass(frozen=True)
-class StreamEnd:
-    """The last item of an iterator's stream: it ran out, or raised `error`."""
-
-    error: BaseException | None = None
-
-
-@dataclass(frozen=True)
-class TranscriberFacts:
-    """What the HTTP process keeps of a transcription model."""
-
-    multilingual: bool
-    parallel: int
-
-
-@dataclass(frozen=True)
-class SynthesizerFacts:
-    """What the HTTP process keeps of a speech model: its voices as they were at load."""
-
-    sample_rate: int
-    default_voice: str
-    voices: tuple[Voice, ...]
 
 
 class _Items:

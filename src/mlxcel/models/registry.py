@@ -16,8 +16,9 @@ import time
 from collections.abc import Iterable
 from contextlib import nullcontext
 
-from mlxcel.config import ModelConfig
+from mlxcel.config.settings import ModelConfig
 from mlxcel.engine.metrics import EngineMetrics
+from mlxcel.memory import mib
 from mlxcel.models.entry import (
     RESTART_WINDOW_S,
     RESTARTS_PER_WINDOW,
@@ -35,9 +36,8 @@ from mlxcel.models.loaded import (
     Loaded,
     served,
 )
-from mlxcel.models.memory import mib
 from mlxcel.models.remote import Worker
-from mlxcel.models.wire import Setup
+from mlxcel.wire.messages import Setup
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The HTTP process's side of a model's worker process: start it, call it, stream from it,
 and learn when it dies.
 
-A reader thread takes the worker's messages (`models/wire.py`) off the connection: replies go
+A reader thread takes the worker's messages (`wire/messages.py`) off the connection: replies go
 to the threads waiting on their calls, stream items to their receivers, metric calls into the
 model's Prometheus series. When the connection ends the worker is gone: every call and stream
 still open fails with `WorkerGone`, naming how the process ended, and `on_exit` tells the
@@ -23,12 +23,12 @@ from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
-from mlxcel.config import ModelConfig
+from mlxcel.config.settings import ModelConfig
 from mlxcel.engine.handle import handing_over
 from mlxcel.engine.metrics import RECORDED, RecordsMetrics
 from mlxcel.logs import current_request
-from mlxcel.models.memory import resident_bytes
-from mlxcel.models.wire import (
+from mlxcel.memory import resident_bytes
+from mlxcel.wire.messages import (
     Call,
     Cancel,
     LoadFailed,
@@ -122,7 +122,7 @@ class Worker:
             end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         with ours, theirs:
             process = subprocess.Popen(
-                [sys.executable, "-m", "mlxcel.models.worker", str(theirs.fileno())],
+                [sys.executable, "-m", "mlxcel.worker", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
             )
             conn = Connection(ours.detach())

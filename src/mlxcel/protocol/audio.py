@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mlxcel.backends.audio.encode import SpeechFormat
 from mlxcel.backends.audio.languages import LANGUAGES
-from mlxcel.serving.errors import invalid_request
+from mlxcel.protocol.errors import invalid_request
 
 TranscriptFormat = Literal["json", "text", "srt", "vtt", "verbose_json"]
 TRANSCRIPT_FORMATS: tuple[TranscriptFormat, ...] = ("json", "text", "srt", "vtt", "verbose_json")

@@ -40,7 +40,7 @@ from mlxcel.protocol.chat import (
     text_parts,
 )
 from mlxcel.protocol.common import ReasoningEffort, SamplingFields
-from mlxcel.serving.errors import APIError, field_error, invalid_request
+from mlxcel.protocol.errors import APIError, field_error, invalid_request
 
 # thinking.budget_tokens -> the reasoning effort templates read; Claude Code's "think",
 # "think hard" and "ultrathink" budgets land on low, medium and high.

@@ -10,7 +10,7 @@ from typing import Any
 from mlxcel.backends.audio.speech import OPENAI_VOICES, SpeechJob, Voice
 from mlxcel.models.audio import SpeechModel
 from mlxcel.protocol.audio import SpeechRequest
-from mlxcel.serving.errors import invalid_request
+from mlxcel.protocol.errors import invalid_request
 
 
 def voice_for(model: SpeechModel, requested: str) -> str:

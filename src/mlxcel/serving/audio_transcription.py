@@ -8,11 +8,12 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from mlxcel.backends.audio.decode import AudioError, DecodedAudio, decode_audio
 from mlxcel.backends.audio.transcript import Segment, Task, TranscribeJob, TranscriptInfo
+from mlxcel.media.decode import AudioError, DecodedAudio, decode_audio
 from mlxcel.models.audio import TranscriptionModel
 from mlxcel.models.remote import WorkerGone
 from mlxcel.protocol.audio import TranscriptionForm
+from mlxcel.protocol.errors import APIError, invalid_request, model_unavailable
 from mlxcel.serving.audio_formats import (
     Transcript,
     json_body,
@@ -21,7 +22,6 @@ from mlxcel.serving.audio_formats import (
     vtt,
     word_logprobs,
 )
-from mlxcel.serving.errors import APIError, invalid_request, model_unavailable
 
 logger = logging.getLogger(__name__)
 

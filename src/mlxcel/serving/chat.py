@@ -9,13 +9,13 @@ from typing import Any
 from mlxcel.engine.types import TokenEvent
 from mlxcel.media.audio import SentMedia
 from mlxcel.models.loaded import LoadedModel
+from mlxcel.parsers.reasoning import reasoning_parser_name
 from mlxcel.protocol.chat import ChatCompletionRequest
+from mlxcel.protocol.errors import invalid_request
 from mlxcel.serving.answer import AnswerStream, parse_answer, renders_special_tokens
 from mlxcel.serving.chat_template import render_chat
-from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.logprobs import chat_logprobs
 from mlxcel.serving.reasoning import (
-    reasoning_parser_name,
     reasoning_tokens,
     thinking_kwargs,
 )

@@ -20,7 +20,7 @@ from jinja2.utils import missing
 
 from mlxcel.chat_templates import CHATML
 from mlxcel.engine.types import ChatTemplate
-from mlxcel.serving.errors import invalid_request
+from mlxcel.protocol.errors import invalid_request
 
 __all__ = ["CHATML", "render_chat"]
 

@@ -9,7 +9,7 @@ from typing import Any
 from mlxcel.engine.types import TokenEvent
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.completions import CompletionRequest
-from mlxcel.serving.errors import invalid_request
+from mlxcel.protocol.errors import invalid_request
 from mlxcel.serving.infill import answer_limit, fim_layout, infill_prompt
 from mlxcel.serving.logprobs import completion_logprobs
 from mlxcel.serving.text import (

@@ -10,9 +10,10 @@ from typing import Any, cast
 
 import numpy as np
 
+from mlxcel.models.encoders import EmbeddingModel
 from mlxcel.protocol.embeddings import EmbeddingInput, EmbeddingRequest, NativeEmbeddingRequest
-from mlxcel.serving.encoders import EmbeddingModel, EncoderLimits
-from mlxcel.serving.errors import APIError, invalid_request
+from mlxcel.protocol.errors import APIError, invalid_request
+from mlxcel.serving.encoder_limits import EncoderLimits
 
 
 def input_batch(value: EmbeddingInput) -> list[str | list[int]]:

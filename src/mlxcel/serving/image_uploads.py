@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from mlxcel.engine.image_types import ImageModelInfo, Pixels
-from mlxcel.serving.errors import invalid_request
+from mlxcel.protocol.errors import invalid_request
 from mlxcel.serving.images import parse_size
 
 # OpenAI's limits on an edit's uploads.

@@ -26,16 +26,16 @@ from mlxcel.engine.image_types import (
 )
 from mlxcel.engine.types import EngineError
 from mlxcel.logs import current_request
-from mlxcel.models.textgen import MODEL_UNAVAILABLE
-from mlxcel.protocol.images import ImageEditRequest, ImageRequest, OutputFormat
-from mlxcel.serving.errors import (
+from mlxcel.protocol.errors import (
     APIError,
     invalid_request,
     model_unavailable,
     server_busy,
     shutting_down,
 )
+from mlxcel.protocol.images import ImageEditRequest, ImageRequest, OutputFormat
 from mlxcel.serving.image_files import ImageFiles
+from mlxcel.wire.facts import MODEL_UNAVAILABLE
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from mlxcel.engine.capabilities import FillsInTheMiddle
 from mlxcel.engine.types import TextModel
 from mlxcel.models.loaded import LoadedModel
+from mlxcel.protocol.errors import invalid_request
 from mlxcel.protocol.infill import ExtraFile, InfillRequest
-from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.native import NativeJob, native_job
 
 # llama-server's placeholders for the project's and the current file's names.

@@ -15,6 +15,7 @@ from mlxcel.media.images import LLAMA_MEDIA_MARKER, MEDIA_MARKER
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.protocol.common import SamplingFields, prompt_batch
+from mlxcel.protocol.errors import invalid_request
 from mlxcel.protocol.native import (
     DetokenizeRequest,
     MultimodalPrompt,
@@ -23,7 +24,6 @@ from mlxcel.protocol.native import (
 )
 from mlxcel.serving.chat import chat_prompt, chat_text
 from mlxcel.serving.chat_template import CHATML
-from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.sampling import sampling_params
 from mlxcel.serving.text import (
     Generation,

@@ -8,10 +8,11 @@ import math
 import uuid
 from typing import Any
 
+from mlxcel.models.encoders import RerankModel
 from mlxcel.protocol.embeddings import RerankRequest
+from mlxcel.protocol.errors import invalid_request
 from mlxcel.serving.embeddings import cut, too_many
-from mlxcel.serving.encoders import EncoderLimits, RerankModel
-from mlxcel.serving.errors import invalid_request
+from mlxcel.serving.encoder_limits import EncoderLimits
 
 
 def _sigmoid(x: float) -> float:

@@ -10,10 +10,11 @@ from typing import Any
 
 from mlxcel.media.audio import SentMedia
 from mlxcel.models.loaded import LoadedModel
+from mlxcel.parsers.reasoning import reasoning_parser_name
+from mlxcel.protocol.errors import invalid_request
 from mlxcel.protocol.responses import ResponsesRequest
 from mlxcel.serving.answer import renders_special_tokens
-from mlxcel.serving.errors import invalid_request
-from mlxcel.serving.reasoning import reasoning_parser_name, reasoning_tokens
+from mlxcel.serving.reasoning import reasoning_tokens
 from mlxcel.serving.response_store import ResponseStore
 from mlxcel.serving.responses_input import (
     ENCRYPTED_REASONING,

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from mlxcel.engine.types import ChatTemplate
+from mlxcel.protocol.errors import invalid_request
 from mlxcel.protocol.responses import (
     FunctionCallItem,
     FunctionTool,
@@ -16,7 +17,6 @@ from mlxcel.protocol.responses import (
     ResponsesRequest,
 )
 from mlxcel.serving.chat_template import render_chat
-from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.reasoning import thinking_kwargs
 from mlxcel.serving.tools import DEFAULT_PARSER, ToolPlan, template_messages
 

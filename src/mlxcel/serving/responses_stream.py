@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from mlxcel.engine.types import TokenEvent
-from mlxcel.serving.errors import APIError
+from mlxcel.protocol.errors import APIError
 from mlxcel.serving.response_store import ResponseStore
 from mlxcel.serving.responses import (
     ResponseRun,

@@ -14,7 +14,7 @@ from typing import Any
 from mlxcel.engine.sampling import SamplingDefaults
 from mlxcel.engine.types import DRY_BREAKERS, SamplerStage, SamplingParams, TextModel
 from mlxcel.protocol.common import SamplingFields
-from mlxcel.serving.errors import invalid_request
+from mlxcel.protocol.errors import invalid_request
 from mlxcel.serving.structured import output_schema
 
 # llama-server's sampler names and the other spellings it takes for them.

@@ -7,9 +7,9 @@ from typing import Any
 
 import jsonschema
 
+from mlxcel.parsers.schemas import closed_objects
 from mlxcel.protocol.common import SamplingFields
-from mlxcel.schema_defaults import closed_objects
-from mlxcel.serving.errors import invalid_request
+from mlxcel.protocol.errors import invalid_request
 
 # json_object mode: any JSON object, as OpenAI's {"type": "json_object"} promises.
 ANY_OBJECT: dict[str, Any] = {"type": "object"}

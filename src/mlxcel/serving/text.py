@@ -11,13 +11,13 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 
+from mlxcel.engine.context import CONTEXT_LENGTH_EXCEEDED, context_overflow
 from mlxcel.engine.handle import RequestHandle
 from mlxcel.engine.types import EngineError, SamplingParams, TokenEvent, TokenLogprob
 from mlxcel.logs import current_request
 from mlxcel.models.loaded import LoadedModel
-from mlxcel.models.textgen import MEDIA_PROMPT_REFUSED, MODEL_UNAVAILABLE, MediaPrompt
 from mlxcel.protocol.common import SamplingFields
-from mlxcel.serving.errors import (
+from mlxcel.protocol.errors import (
     APIError,
     invalid_request,
     model_unavailable,
@@ -26,12 +26,8 @@ from mlxcel.serving.errors import (
     shutting_down,
 )
 from mlxcel.serving.sampling import logit_bias, sampling_params
-from mlxcel.serving.tokens import (
-    CONTEXT_LENGTH_EXCEEDED,
-    check_vocabulary,
-    context_overflow,
-    detokenize_ids,
-)
+from mlxcel.serving.tokens import check_vocabulary, detokenize_ids
+from mlxcel.wire.facts import MEDIA_PROMPT_REFUSED, MODEL_UNAVAILABLE, MediaPrompt
 
 logger = logging.getLogger(__name__)
 

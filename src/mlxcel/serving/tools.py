@@ -22,8 +22,8 @@ from mlxcel.parsers.tools import (
     WholeCalls,
     detect_parser,
 )
+from mlxcel.protocol.errors import invalid_request
 from mlxcel.serving.chat_template import CHATML
-from mlxcel.serving.errors import invalid_request
 from mlxcel.serving.structured import checked_schema
 
 

@@ -14,12 +14,13 @@ from mlxcel.media.loader import ImageRef, load_images
 from mlxcel.media.policy import MediaError, MediaPolicy
 from mlxcel.media.sources import decode_base64
 from mlxcel.models.loaded import LoadedModel
-from mlxcel.models.textgen import MediaPrompt, RemoteMediaModel
+from mlxcel.models.textgen import RemoteMediaModel
 from mlxcel.protocol.chat import ChatCompletionRequest
+from mlxcel.protocol.errors import invalid_request, refused
 from mlxcel.protocol.native import MultimodalPrompt
 from mlxcel.protocol.responses import FunctionCallOutputItem, MessageItem, ResponsesRequest
-from mlxcel.serving.errors import invalid_request, refused
 from mlxcel.serving.tokens import check_text_size
+from mlxcel.wire.facts import MediaPrompt
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,10 @@ from mlxcel.api.routes.text import unless_disconnected
 from mlxcel.api.sse import typed_event_stream
 from mlxcel.api.state import model_for
 from mlxcel.protocol.anthropic import CountTokensRequest, MessagesRequest
+from mlxcel.protocol.errors import APIError
 from mlxcel.serving.anthropic import count_tokens, create_message, prepare_message
 from mlxcel.serving.anthropic_input import chat_request
 from mlxcel.serving.anthropic_stream import message_events
-from mlxcel.serving.errors import APIError
 from mlxcel.serving.vision import chat_media, request_media
 
 logger = logging.getLogger(__name__)

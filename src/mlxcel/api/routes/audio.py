@@ -23,6 +23,7 @@ from mlxcel.logs import current_request
 from mlxcel.models.audio import SpeechModel, TranscriptionModel
 from mlxcel.models.loaded import Capability
 from mlxcel.protocol.audio import MAX_UPLOAD_BYTES, SpeechRequest, parse_form
+from mlxcel.protocol.errors import APIError, invalid_request
 from mlxcel.serving.audio_speech import audio_chunks, prepare_speech, speech_events, voice_listing
 from mlxcel.serving.audio_transcription import (
     formatted,
@@ -31,7 +32,6 @@ from mlxcel.serving.audio_transcription import (
     transcribe,
     transcript_events,
 )
-from mlxcel.serving.errors import APIError, invalid_request
 
 router = APIRouter(route_class=CheckedJsonRoute, dependencies=[Depends(require_api_key)])
 

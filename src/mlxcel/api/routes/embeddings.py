@@ -12,10 +12,11 @@ from pydantic import ValidationError
 from mlxcel.api.auth import require_api_key
 from mlxcel.api.body_check import CheckedJsonRoute
 from mlxcel.api.state import encoder_for, invalid_model
+from mlxcel.models.encoders import EmbeddingModel, RerankModel
 from mlxcel.models.loaded import LoadedEncoder
 from mlxcel.protocol.embeddings import EmbeddingRequest, NativeEmbeddingRequest, RerankRequest
 from mlxcel.serving.embeddings import embeddings, native_embeddings
-from mlxcel.serving.encoders import EmbeddingModel, EncoderLimits, RerankModel
+from mlxcel.serving.encoder_limits import EncoderLimits
 from mlxcel.serving.rerank import rerank
 
 router = APIRouter(route_class=CheckedJsonRoute, dependencies=[Depends(require_api_key)])

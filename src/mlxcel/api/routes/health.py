@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from mlxcel.serving.errors import APIError
+from mlxcel.protocol.errors import APIError
 
 public = APIRouter()
 

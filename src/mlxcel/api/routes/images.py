@@ -22,8 +22,8 @@ from mlxcel.api.state import image_model_for
 from mlxcel.engine.image_types import ImageJob
 from mlxcel.logs import current_request
 from mlxcel.models.images import ImageModel
+from mlxcel.protocol.errors import APIError, invalid_request
 from mlxcel.protocol.images import ImageEditRequest, ImageRequest
-from mlxcel.serving.errors import APIError, invalid_request
 from mlxcel.serving.image_files import ImageFiles
 from mlxcel.serving.image_uploads import MAX_INPUT_IMAGES, edit_inputs
 from mlxcel.serving.images import (

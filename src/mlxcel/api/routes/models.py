@@ -10,10 +10,10 @@ from fastapi import APIRouter, Depends, Request
 from mlxcel.api.auth import require_api_key
 from mlxcel.api.body_check import CheckedJsonRoute
 from mlxcel.api.state import entry_for, loaded_registry, unavailable
+from mlxcel.config.engines import backend_label
 from mlxcel.models.entry import ModelBusy, ModelEntry, ModelUnavailable
-from mlxcel.models.loader import backend_label
+from mlxcel.protocol.errors import APIError
 from mlxcel.protocol.models import ModelAction
-from mlxcel.serving.errors import APIError
 
 listing = APIRouter(route_class=CheckedJsonRoute, dependencies=[Depends(require_api_key)])
 router = APIRouter(route_class=CheckedJsonRoute, dependencies=[Depends(require_api_key)])

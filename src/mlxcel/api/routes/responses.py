@@ -13,8 +13,8 @@ from mlxcel.api.body_check import CheckedJsonRoute
 from mlxcel.api.routes.text import unless_disconnected
 from mlxcel.api.sse import typed_event_stream
 from mlxcel.api.state import model_for
+from mlxcel.protocol.errors import APIError
 from mlxcel.protocol.responses import ResponsesRequest
-from mlxcel.serving.errors import APIError
 from mlxcel.serving.response_store import ResponseStore, StoredResponse
 from mlxcel.serving.responses import create_response, prepare_response
 from mlxcel.serving.responses_stream import response_events

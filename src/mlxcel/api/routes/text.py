@@ -15,9 +15,9 @@ from mlxcel.api.sse import event_stream
 from mlxcel.api.state import model_for
 from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.protocol.completions import CompletionRequest
+from mlxcel.protocol.errors import APIError
 from mlxcel.serving.chat import chat_chunks, chat_completion, prepare_chat
 from mlxcel.serving.completions import completion, completion_chunks, prepare_completion
-from mlxcel.serving.errors import APIError
 from mlxcel.serving.vision import chat_media, request_media
 
 router = APIRouter(route_class=CheckedJsonRoute, dependencies=[Depends(require_api_key)])

@@ -9,7 +9,7 @@ from importlib.resources import files
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from mlxcel.serving.errors import APIError
+from mlxcel.protocol.errors import APIError
 
 MEDIA_TYPES = {
     ".html": "text/html; charset=utf-8",

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from mlxcel.backends.audio.decode import WHISPER_RATE
 from mlxcel.backends.audio.mlx_thread import MlxThread
 from mlxcel.backends.audio.transcript import (
     FALLBACK_TEMPERATURES,
@@ -19,6 +18,7 @@ from mlxcel.backends.audio.transcript import (
     TranscriptInfo,
     Word,
 )
+from mlxcel.media.decode import WHISPER_RATE
 
 logger = logging.getLogger(__name__)
 

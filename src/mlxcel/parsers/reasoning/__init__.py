@@ -30,4 +30,21 @@ PARSERS: dict[str, Callable[[], ReasoningParser]] = {
     "gemma": GemmaParser,
 }
 
-__all__ = ["PARSERS", "GemmaParser", "ReasoningParser", "ThinkParser"]
+
+def reasoning_parser_name(setting: str, prompt_text: str, template_source: str) -> str | None:
+    """The parser for this request: the server's choice, or with 'auto' the template's tags."""
+    if setting == "none":
+        return None
+    if setting != "auto":
+        return setting
+    if "<|channel|>" in template_source:
+        return "harmony"  # gpt-oss: one parser reads channels and calls (serving/answer.py)
+    if "<|channel>" in template_source:
+        return "gemma"
+    if "<think>" not in template_source:
+        return None
+    # A template that opens <think> for the model (DeepSeek-R1 style) starts it inside.
+    return "deepseek_r1" if prompt_text.rstrip().endswith("<think>") else "qwen3"
+
+
+__all__ = ["PARSERS", "GemmaParser", "ReasoningParser", "ThinkParser", "reasoning_parser_name"]

@@ -18,7 +18,7 @@ from typing import Any
 from llama_cpp.llama_grammar import SchemaConverter
 
 from mlxcel.engine.types import GrammarSyntax
-from mlxcel.schema_defaults import closed_objects
+from mlxcel.parsers.schemas import closed_objects
 
 Tools = list[dict[str, Any]]
 

@@ -1,4 +1,4 @@
-"""A text-generation model as its worker process serves it (`models/worker.py`'s `Service`).
+"""A text-generation model as its worker process serves it (`worker/main.py`'s `Service`).
 
 `TextService` loads the engine, tells the HTTP process its facts once, answers the calls
 `tokenize`, `token_pieces`, `tokenize_with_media`, `slots` and `stop`, and streams `generate`
@@ -16,8 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from mlxcel.config import ModelConfig
+from mlxcel.config.engines import backend_label
+from mlxcel.config.settings import ModelConfig
 from mlxcel.engine.capabilities import FillsInTheMiddle, ReportsKvCache
+from mlxcel.engine.context import CONTEXT_LENGTH_EXCEEDED, context_overflow, longest_token
 from mlxcel.engine.handle import ends
 from mlxcel.engine.media import TakesMedia
 from mlxcel.engine.metrics import RecordsMetrics
@@ -27,10 +29,9 @@ from mlxcel.engine.types import EngineError, MediaSpan, SamplingParams, TokenEve
 from mlxcel.logs import request_scope
 from mlxcel.media.audio import SentMedia, decoded
 from mlxcel.media.policy import MediaError
-from mlxcel.models.loader import TextEngine, backend_label, load_text_engine
-from mlxcel.models.textgen import MEDIA_PROMPT_REFUSED, MediaPrompt, TextFacts, TextSequence
-from mlxcel.models.worker import CALL_THREADS, StreamSink
-from mlxcel.serving.tokens import CONTEXT_LENGTH_EXCEEDED, context_overflow, longest_token
+from mlxcel.wire.facts import MEDIA_PROMPT_REFUSED, MediaPrompt, TextFacts, TextSequence
+from mlxcel.worker.loader import TextEngine, load_text_engine
+from mlxcel.worker.outbox import CALL_THREADS, StreamSink
 
 logger = logging.getLogger(__name__)
 

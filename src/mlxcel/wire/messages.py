@@ -6,7 +6,7 @@ worker answers with lists of messages (everything it had to say since its last s
 of eight streams is one write): `Ready` or `LoadFailed` once, then `Reply` or `Raised` for each
 call, `Streamed` items for each stream (the last one marked), `Raised` for a stream that could
 not start, and `Recorded` metric calls. What a call or a stream may name is the model kind's
-business (`models/text_service.py` for text generation, `models/services.py` for the other
+business (`worker/text_service.py` for text generation, `worker/services.py` for the other
 kinds); the messages stay the same for every kind.
 A worker's health is its connection: the end of it means the process is gone, and its exit
 status says why.
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mlxcel.config import ModelConfig
+from mlxcel.config.settings import ModelConfig
 
 
 @dataclass(frozen=True)

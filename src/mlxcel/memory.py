@@ -1,16 +1,13 @@
-"""Memory: a process's resident set, the machine's RAM, a model's weights on disk, and
---max-memory sizes (bytes, K/M/G suffixes, or a percentage of RAM)."""
+"""Memory: a process's resident set, the machine's RAM, a model's weights on disk, and how
+much freed memory a worker's heap keeps (the budget itself is the registry's, in models/)."""
 
 from __future__ import annotations
 
 import ctypes
 import os
 import platform
-import re
 from pathlib import Path
 
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?", re.IGNORECASE)
-_FACTORS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 MIB = 1024 * 1024
 
 # glibc's mallopt parameters.
@@ -59,26 +56,6 @@ def weights_bytes(model: Path) -> int:
     # A diffusers pipeline keeps its weights in a folder per component.
     files = [*model.rglob("*.safetensors"), *model.rglob("*.gguf")]
     return sum(f.stat().st_size for f in files if f.is_file())
-
-
-def parse_size(text: str) -> int:
-    """Bytes from `8G`, `512MiB`, `1073741824` or `50%` (of RAM); ValueError otherwise."""
-    value = text.strip()
-    if value.endswith("%"):
-        try:
-            share = float(value[:-1])
-        except ValueError:
-            raise ValueError(f"'{text}' is not a percentage") from None
-        if not 0 < share <= 100:
-            raise ValueError(f"'{text}': a percentage of RAM must be above 0 and at most 100")
-        return int(total_ram() * share / 100)
-    match = _SIZE.fullmatch(value)
-    if match is None:
-        raise ValueError(f"'{text}' is not a size: use bytes, 512M, 8G or a percentage like 50%")
-    size = int(float(match.group(1)) * _FACTORS[match.group(2).lower()])
-    if size <= 0:
-        raise ValueError(f"'{text}': the size must be above 0")
-    return size
 
 
 def mib(size: int) -> str:

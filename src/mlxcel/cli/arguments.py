@@ -5,15 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mlxcel import config as defaults
-from mlxcel.cli_audio import audio_arguments
-from mlxcel.cli_encoders import encoder_arguments
-from mlxcel.cli_llama_server import llama_server_arguments
-from mlxcel.cli_media import media_arguments
-from mlxcel.cli_models import SIDE_MODELS, add_image_url_flags
-from mlxcel.cli_security import security_arguments
+from mlxcel.cli.audio import audio_arguments
+from mlxcel.cli.encoders import encoder_arguments
+from mlxcel.cli.llama_server import llama_server_arguments
+from mlxcel.cli.media import media_arguments
+from mlxcel.cli.models import SIDE_MODELS, add_image_url_flags
+from mlxcel.cli.security import security_arguments
+from mlxcel.config import settings as defaults
+from mlxcel.config.values import parse_size
 from mlxcel.logs import LOG_FORMATS, LOG_LEVELS
-from mlxcel.models.memory import parse_size
 from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
 from mlxcel.parsers.tools import PARSERS
 

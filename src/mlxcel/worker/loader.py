@@ -1,16 +1,15 @@
 """A model config in, a loaded text engine out (in the model's worker process): the backend
 chosen, opened, warmed up, its engine started, and its chat template, parsers and sampling
-defaults resolved once. The other kinds open in their workers through `models/services.py`."""
+defaults resolved once. The other kinds open in their workers through `worker/services.py`."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from pathlib import Path
 
-from mlxcel.backends.embeddings import folder_engine
 from mlxcel.chat_templates import BUILTIN_TEMPLATES, CHATML, builtin_for
-from mlxcel.config import ModelConfig
+from mlxcel.config.engines import choose_backend
+from mlxcel.config.settings import ModelConfig
 from mlxcel.engine.capabilities import VerifiesDrafts
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.prompt_cache import PromptCache
@@ -18,46 +17,11 @@ from mlxcel.engine.sampling import SamplingDefaults, model_defaults
 from mlxcel.engine.scheduler import Scheduler, SchedulerLimits
 from mlxcel.engine.speculative import SpeculativeConfig, linear_costs, timed_lengths
 from mlxcel.engine.types import ChatTemplate, TextGenerator
-from mlxcel.models.audio import AUDIO_KINDS, engine_label
-from mlxcel.models.images import IMAGE_BACKEND
+from mlxcel.parsers.reasoning import reasoning_parser_name
 from mlxcel.parsers.tools import detect_parser
 from mlxcel.progress import progress
-from mlxcel.serving.reasoning import reasoning_parser_name
 
 logger = logging.getLogger(__name__)
-
-ENCODER_KINDS = frozenset({"embedding", "rerank"})
-
-
-def choose_backend(model: Path, requested: str) -> str:
-    """llama.cpp for a .gguf file, MLX for a model directory (transformers too, for a vision
-    folder, when asked for); `requested` may only agree."""
-    natural = "mlx" if model.is_dir() else "llamacpp"
-    if requested == "transformers" and natural == "mlx":
-        return requested
-    if requested not in ("auto", natural):
-        kind = "a model directory" if natural == "mlx" else "a GGUF file"
-        raise ValueError(
-            f"--backend {requested} cannot serve {model}, which is {kind}: "
-            f"use --backend {natural} (or auto)"
-        )
-    return natural
-
-
-def backend_label(config: ModelConfig) -> str:
-    """The engine that serves (or will serve) a model, as /v1/models and /props name it."""
-    if config.kind == "image":
-        return IMAGE_BACKEND
-    if config.kind in AUDIO_KINDS:
-        return engine_label(config)
-    if config.kind in ENCODER_KINDS:
-        return (
-            "llama.cpp"
-            if config.model.is_file()
-            else folder_engine(config.embedding_engine, config.model, config.kind == "rerank")
-        )
-    backend = choose_backend(config.model, config.backend)
-    return "llama.cpp" if backend == "llamacpp" else backend
 
 
 def _open_llamacpp(config: ModelConfig) -> TextGenerator:

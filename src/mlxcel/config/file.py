@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from mlxcel import config_values as to
-from mlxcel.config import (
+from mlxcel.config import values as to
+from mlxcel.config.settings import (
     BACKENDS,
     ENCODER_ENGINES,
     KIND_NAMES,

@@ -6,26 +6,25 @@ import argparse
 import json
 import logging
 import os
-import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 import mlxcel
-from mlxcel import config as defaults
-from mlxcel.cli_arguments import serve_arguments
-from mlxcel.cli_audio import audio_config
-from mlxcel.cli_encoders import encoder_config
-from mlxcel.cli_launch import launch_arguments, launch_argv
-from mlxcel.cli_llama_server import check_llama_server_arguments
-from mlxcel.cli_media import media_policy
-from mlxcel.cli_models import SIDE_MODELS, fail, file_models, side_models
-from mlxcel.cli_security import check_api_keys, security_settings
-from mlxcel.config import ModelConfig, ServerConfig, parse_origins
-from mlxcel.config_file import (
+from mlxcel.cli.arguments import serve_arguments
+from mlxcel.cli.audio import audio_config
+from mlxcel.cli.encoders import encoder_config
+from mlxcel.cli.launch import launch_arguments, launch_argv
+from mlxcel.cli.llama_server import check_llama_server_arguments
+from mlxcel.cli.media import media_policy
+from mlxcel.cli.models import SIDE_MODELS, fail, file_models, side_models
+from mlxcel.cli.security import check_api_keys, security_settings
+from mlxcel.config import settings as defaults
+from mlxcel.config.file import (
     ConfigError,
     read_config,
 )
+from mlxcel.config.settings import ModelConfig, ServerConfig, parse_origins
 from mlxcel.logs import configure
 from mlxcel.weights import WeightsError, hub_id, is_vision_folder, resolve_model
 
@@ -130,7 +129,7 @@ def _model_flags(args: argparse.Namespace) -> ModelConfig:
 
 def _flag_models(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[ModelConfig]:
     """-m's model (the embedded default without one) and the side models."""
-    from mlxcel.models.loader import choose_backend
+    from mlxcel.config.engines import choose_backend
 
     side = side_models(parser, args, _model_flags(args))
     try:
@@ -239,7 +238,3 @@ def server_main(argv: Sequence[str] | None = None) -> int:
     _add_version(parser)
     serve_arguments(parser)
     return _run_server(parser, parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,10 +6,15 @@ import argparse
 import json
 from pathlib import Path
 
-from mlxcel import config as defaults
-from mlxcel import config_values as to
 from mlxcel.chat_templates import BUILTIN_TEMPLATES
-from mlxcel.config import DEFAULT_KV_CACHE_TYPE, KV_CACHE_TYPES, kv_cache_problem, parse_origins
+from mlxcel.config import settings as defaults
+from mlxcel.config import values as to
+from mlxcel.config.settings import (
+    DEFAULT_KV_CACHE_TYPE,
+    KV_CACHE_TYPES,
+    kv_cache_problem,
+    parse_origins,
+)
 
 # llama.cpp's spellings of on, off and auto (common/arg.cpp).
 _SWITCH = {

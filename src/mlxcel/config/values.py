@@ -1,4 +1,5 @@
-"""Converters for config file values: each checks one value and says what it expected."""
+"""Converters for config file and flag values (sizes, durations, levels): each checks one value
+and says what it expected."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxcel.logs import LOG_LEVELS
-from mlxcel.models.memory import parse_size
+from mlxcel.memory import total_ram
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)?")
 _UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -145,3 +146,27 @@ def kv_bits(value: Any) -> str:
 
 def log_level(value: Any) -> str:
     return choice(LOG_LEVELS)(text(value).lower())
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?", re.IGNORECASE)
+_FACTORS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from `8G`, `512MiB`, `1073741824` or `50%` (of RAM); ValueError otherwise."""
+    value = text.strip()
+    if value.endswith("%"):
+        try:
+            share = float(value[:-1])
+        except ValueError:
+            raise ValueError(f"'{text}' is not a percentage") from None
+        if not 0 < share <= 100:
+            raise ValueError(f"'{text}': a percentage of RAM must be above 0 and at most 100")
+        return int(total_ram() * share / 100)
+    match = _SIZE.fullmatch(value)
+    if match is None:
+        raise ValueError(f"'{text}' is not a size: use bytes, 512M, 8G or a percentage like 50%")
+    size = int(float(match.group(1)) * _FACTORS[match.group(2).lower()])
+    if size <= 0:
+        raise ValueError(f"'{text}': the size must be above 0")
+    return size

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from mlxcel import config as defaults
 from mlxcel.api.hosts import parse_allowed_hosts
+from mlxcel.config import settings as defaults
 
 
 def _seconds(text: str) -> float:

@@ -1,5 +1,5 @@
 """Embedding, rerank, transcription, speech and image models as their worker processes serve
-them (`models/worker.py`'s `Service`).
+them (`worker/main.py`'s `Service`).
 
 Each opens its engine in the worker, tells the HTTP process its facts once, and answers the
 engine's narrow capability methods: an encoder's as calls (`tokenize`, `embed`,
@@ -30,13 +30,13 @@ from mlxcel.backends.embeddings import (
     open_embedder,
     open_reranker,
 )
-from mlxcel.config import ModelConfig
+from mlxcel.config.settings import ModelConfig
 from mlxcel.engine.image_types import GenerationCancelled, ImageGenerator, ImageJob, ImageModelInfo
-from mlxcel.models.audio import open_synthesizer, open_transcriber
-from mlxcel.models.images import open_image_generator
-from mlxcel.models.proxies import StreamEnd, SynthesizerFacts, TranscriberFacts
-from mlxcel.models.worker import StreamSink, picklable
 from mlxcel.progress import progress
+from mlxcel.wire.facts import StreamEnd, SynthesizerFacts, TranscriberFacts
+from mlxcel.worker.audio import open_synthesizer, open_transcriber
+from mlxcel.worker.images import open_image_generator
+from mlxcel.worker.outbox import StreamSink, picklable
 
 logger = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from mlxcel.cli_models import fail
-from mlxcel.config_file import MODEL_TYPES, unservable
+from mlxcel.cli.models import fail
+from mlxcel.config.file import MODEL_TYPES, unservable
 from mlxcel.logs import LOG_LEVELS
 
 # `mlxcel launch` flags (mlx-openai-server's) and the `mlxcel serve` flag each one becomes.

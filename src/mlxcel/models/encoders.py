@@ -7,32 +7,11 @@ model's worker process (`models/proxies.py`), one batch per call."""
 from __future__ import annotations
 
 import asyncio
-import logging
-from dataclasses import dataclass
 
 import numpy as np
 
 from mlxcel.backends.embeddings import Embedder, EncoderInfo, Reranker
-from mlxcel.config import (
-    DEFAULT_EMBEDDING_MAX_INPUTS,
-    DEFAULT_EMBEDDING_MAX_TOKENS,
-    DEFAULT_RERANK_MAX_DOCUMENTS,
-)
-from mlxcel.serving.encoder_batcher import EncoderBatcher
-
-logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EncoderLimits:
-    """What one request may ask of an encoder model (each a flag)."""
-
-    max_inputs: int = DEFAULT_EMBEDDING_MAX_INPUTS
-    """Inputs per embedding request (413 past it, as TEI's --max-client-batch-size)."""
-    max_tokens: int = DEFAULT_EMBEDDING_MAX_TOKENS
-    """Tokens per embedding or rerank request, all inputs together."""
-    max_documents: int = DEFAULT_RERANK_MAX_DOCUMENTS
-    """Documents per rerank request."""
+from mlxcel.models.encoder_batcher import EncoderBatcher
 
 
 class EmbeddingModel:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from mlxcel import config as defaults
+from mlxcel.config import settings as defaults
 
 
 def audio_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from mlxcel.backends.images.diffusers_engine import pipeline_layout_error
-from mlxcel.config import (
+from mlxcel.config.engines import AUDIO_KINDS, side_model, unknown_audio_source
+from mlxcel.config.file import FileConfig, ModelSection, unservable
+from mlxcel.config.settings import (
     DEFAULT_IMAGE_URL_MAX_MIB,
     DEFAULT_IMAGE_URL_TTL,
     Kind,
@@ -18,8 +20,6 @@ from mlxcel.config import (
     speculation_problem,
     usable_cores,
 )
-from mlxcel.config_file import FileConfig, ModelSection, unservable
-from mlxcel.models.audio import AUDIO_KINDS, side_model, unknown_audio_source
 from mlxcel.weights import WeightsError, hub_id, resolve_model
 
 # Side-model flags: each adds a model of its kind beside -m's.
@@ -134,7 +134,7 @@ def _file_model(
     base: ModelConfig,
 ) -> ModelConfig:
     """One entry of the file as a ModelConfig, its weights found and its kind servable."""
-    from mlxcel.models.loader import choose_backend
+    from mlxcel.config.engines import choose_backend
 
     values = dict(section.values)
     source = str(values.pop("model"))

@@ -1,0 +1,1 @@
+"""The command line: `mlxcel serve`, `mlxcel launch` and `mlxcel-server`, a module a flag group."""
