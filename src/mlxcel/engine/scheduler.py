@@ -71,18 +71,24 @@ class Scheduler:
         self._pool = SlotPool(generator.n_slots)
         self._running: list[Running] = []
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name=f"engine-{name}", daemon=True)
+        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        """Start the engine thread."""
-        self._thread.start()
+    def run(self) -> None:
+        """Be the engine thread: serve on the calling thread until `stop`. The thread that
+        opened the generator calls it, so that every call that computes (the warm-up, timing
+        drafts, each step) comes from one thread: llama.cpp's CPU backend keeps an OpenMP
+        pool of threads per calling thread, and with two pools on the cores its threads sleep
+        at every barrier instead of spinning (`python bench/compare.py --threads 2`)."""
+        self._thread = threading.current_thread()
+        self._run()
 
     def stop(self) -> None:
         """Finish the engine thread; running and waiting requests end with an error."""
         with self._wakeup:
             self._stopping = True
             self._wakeup.notify()
-        self._thread.join(timeout=30)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)
 
     def submit(self, sequences: Sequence[Admitted]) -> None:
         """Queue every sequence of one request (its prompts and choices, each with the sink

@@ -1,10 +1,12 @@
 """A model config in, a loaded text engine out (in the model's worker process): the backend
-chosen, opened, warmed up, its engine started, and its chat template, parsers and sampling
+chosen, opened and warmed up on its engine thread, and its chat template, parsers and sampling
 defaults resolved once. The other kinds open in their workers through `worker/services.py`."""
 
 from __future__ import annotations
 
 import logging
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 from mlxcel.chat_templates import BUILTIN_TEMPLATES, CHATML, builtin_for
@@ -112,8 +114,26 @@ class TextEngine:
 
 
 def load_text_engine(config: ModelConfig, metrics: RecordsMetrics) -> TextEngine:
-    """Load a text or vision model on the backend its format calls for, and start its engine
-    (in the model's worker process)."""
+    """Load a text or vision model on the backend its format calls for, on the thread that
+    then runs its engine (`Scheduler.run` says why one thread), and return it once loaded."""
+    loaded: Future[TextEngine] = Future()
+    name = f"engine-{config.served_name}"
+    threading.Thread(target=_engine, args=(config, metrics, loaded), name=name, daemon=True).start()
+    return loaded.result()
+
+
+def _engine(config: ModelConfig, metrics: RecordsMetrics, loaded: Future[TextEngine]) -> None:
+    """The engine thread's life: load the model, hand it over, then step it until stopped."""
+    try:
+        engine = _load(config, metrics)
+    except BaseException as exc:
+        loaded.set_exception(exc)
+        return
+    loaded.set_result(engine)
+    engine.scheduler.run()
+
+
+def _load(config: ModelConfig, metrics: RecordsMetrics) -> TextEngine:
     backend = choose_backend(config.model, config.backend)
     generator = _OPENERS[backend](config)
     try:
@@ -133,7 +153,6 @@ def load_text_engine(config: ModelConfig, metrics: RecordsMetrics) -> TextEngine
         prompt_cache=_prompt_cache(config),
         speculative=_speculative(config, generator),
     )
-    scheduler.start()
     logger.info(
         "serving %s as '%s' (context %d per sequence, %d parallel)",
         config.model.name,
