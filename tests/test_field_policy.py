@@ -1,4 +1,4 @@
-"""The README's request-field tables show each field in the class the schemas give it."""
+"""The request-field tables of docs/routes.md show each field in the class the schemas give it."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from mlxcel.protocol.completions import CompletionRequest
 from mlxcel.protocol.native import NativeCompletionRequest
 from mlxcel.protocol.policy import FieldClass, field_class
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROUTES_PAGE = Path(__file__).resolve().parent.parent / "docs" / "routes.md"
 REQUESTS: tuple[type[BaseModel], ...] = (
     ChatCompletionRequest,
     CompletionRequest,
     NativeCompletionRequest,
 )
-# Nested request objects, under the names the README gives their fields.
+# Nested request objects, under the names docs/routes.md gives their fields.
 NESTED: dict[str, type[BaseModel]] = {
     "stream_options.": StreamOptions,
     "messages[].": ChatMessage,
@@ -29,8 +29,8 @@ NESTED: dict[str, type[BaseModel]] = {
 
 
 def _tables() -> list[set[str]]:
-    """The field names in the first column of each table of the README's field section."""
-    section = README.read_text().split("### Request fields", 1)[1].split("\n## ", 1)[0]
+    """The field names in the first column of each table of the request-field section."""
+    section = ROUTES_PAGE.read_text().split("### Request fields", 1)[1].split("\n## ", 1)[0]
     tables: list[set[str]] = []
     for block in re.split(r"\n\n+", section):
         rows = [line for line in block.splitlines() if line.startswith("| `")]
@@ -52,7 +52,7 @@ def _fields() -> dict[str, FieldClass]:
     return classes
 
 
-def test_readme_has_a_table_per_class() -> None:
+def test_the_page_has_a_table_per_class() -> None:
     honoured, no_effect, refused = _tables()
     assert "temperature" in honoured and "service_tier" in no_effect and "prediction" in refused
 
