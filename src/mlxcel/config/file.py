@@ -25,6 +25,7 @@ from mlxcel.config.settings import (
     SPEC_TYPES,
     Kind,
 )
+from mlxcel.extras import install_extra
 from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
 from mlxcel.parsers.tools import PARSERS as TOOL_PARSERS
 
@@ -333,7 +334,7 @@ def read_config(path: Path) -> FileConfig:
 def unservable(kind: Kind) -> str | None:
     """Why a model of this kind cannot be served here, or None if it can."""
     if kind == "image" and find_spec("diffusers") is None:
-        return "image models need diffusers: pip install 'mlxcel[images]'"
+        return "image models need diffusers: " + install_extra("images")
     if kind in SERVABLE_KINDS:
         return None
     served = ", ".join(KIND_NAMES[k] for k in sorted(SERVABLE_KINDS))

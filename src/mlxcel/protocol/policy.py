@@ -4,13 +4,13 @@ A field an API defines (OpenAI's, llama-server's) is honoured, unless its declar
 one of these marks:
 
 - `NoEffect(why)`: accepted and ignored, because nothing local applies (a service tier, a
-  message's `annotations`); the README lists it as having no effect.
+  message's `annotations`); docs/routes.md lists it as having no effect.
 - `Refused(why, accepts)`: a 400 naming the field when its value asks for what this server does
   not do (audio output, web search), since ignoring it would give the client something else
   than it asked for; values `accepts` allows (by default only null) pass.
 
 A field no API defines is a 400 naming it (`Strict`), so typos are still caught.
-tests/test_field_policy.py holds the README's field tables to these marks.
+tests/test_field_policy.py holds docs/routes.md's field tables to these marks.
 """
 
 from __future__ import annotations

