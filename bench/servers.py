@@ -60,21 +60,28 @@ def _start(
     raise TimeoutError(" ".join(command))
 
 
-def command(name: str, path: Path, threads: int) -> tuple[list[str], str]:
-    """The command line that serves `path` with `threads` threads, 8 slots and 4,096 tokens of
-    context each (ending with its port flag), and the route that answers once it is up."""
-    t = str(threads)
+def command(name: str, path: Path, threads: int | None) -> tuple[list[str], str]:
+    """The command line that serves `path` with `threads` threads (None: the server's own
+    default), 8 slots and 4,096 tokens of context each (ending with its port flag), and the
+    route that answers once it is up."""
     if name == "llama-server":
-        line = [str(build_llama_server()), "-m", str(path), "-t", t, "-tb", t, "-np", "8"]
-        return [*line, "-c", str(8 * 4096), "--metrics", "--port"], "/health"
+        line = [str(build_llama_server()), "-m", str(path), "-np", "8", "-c", str(8 * 4096)]
+        line += _thread_flags("-t", "-tb", threads)
+        return [*line, "--metrics", "--port"], "/health"
     if name == "llama_cpp.server":
         line = [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--n_ctx", "4096"]
+        line += _thread_flags("--n_threads", "--n_threads_batch", threads)
         # By default a new request interrupts the running one; queue them instead.
-        line += ["--n_threads", t, "--n_threads_batch", t, "--interrupt_requests", "False"]
-        return [*line, "--port"], "/v1/models"
+        return [*line, "--interrupt_requests", "False", "--port"], "/v1/models"
     mlxcel = Path(sys.executable).parent / "mlxcel"
-    line = [str(mlxcel), "serve", "-m", str(path), "--threads", t, "-np", "8"]
-    return [*line, "-c", str(8 * 4096), "--log-level", "warning", "--port"], "/health"
+    line = [str(mlxcel), "serve", "-m", str(path), "-np", "8", "-c", str(8 * 4096)]
+    line += _thread_flags("--threads", "--threads-batch", threads)
+    return [*line, "--log-level", "warning", "--port"], "/health"
+
+
+def _thread_flags(generation: str, batch: str, threads: int | None) -> list[str]:
+    """A server's two thread flags at `threads` each, or none for its own default."""
+    return [] if threads is None else [generation, str(threads), batch, str(threads)]
 
 
 @dataclass
@@ -134,7 +141,7 @@ def measure(
     levels: list[int],
     prompt_tokens: int,
     max_tokens: int,
-    threads: int,
+    threads: int | None,
     extra: Callable[[str], tuple[float, float]] | None = None,
 ) -> Measured:
     """Start the server, run bench/serve.py's load at each level (2 requests per client),

@@ -297,7 +297,7 @@ def test_a_missing_binary_is_a_launch_error(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def managed_llm() -> Iterator[mlxcel.LLM]:
     """A managed server on the embedded default model, over a private Unix socket."""
-    with mlxcel.LLM(binary=MLXCEL) as llm:
+    with mlxcel.LLM(binary=MLXCEL, threads=1) as llm:
         yield llm
 
 
@@ -305,7 +305,9 @@ def managed_llm() -> Iterator[mlxcel.LLM]:
 def aliased_socket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A managed server on an explicit GGUF path and socket, served under an alias."""
     path = tmp_path_factory.mktemp("sock") / "mlxcel.sock"
-    with mlxcel.LLM(default_gguf(), binary=MLXCEL, socket=path, alias=ALIAS, ctx_size=1024):
+    with mlxcel.LLM(
+        default_gguf(), binary=MLXCEL, socket=path, alias=ALIAS, ctx_size=1024, threads=1
+    ):
         yield path
 
 
@@ -382,7 +384,7 @@ def test_async_connect_over_tcp_and_socket(server: ServerProcess, aliased_socket
 @pytest.mark.slow
 def test_async_managed_default_model() -> None:
     async def use() -> tuple[int | None, list[str]]:
-        async with mlxcel.AsyncLLM(binary=MLXCEL) as llm:
+        async with mlxcel.AsyncLLM(binary=MLXCEL, threads=1) as llm:
             deltas = [d async for d in llm.stream_generate("Once upon a time", max_tokens=16)]
             assert await llm.chat(HELLO, max_tokens=8)
             return llm.pid, deltas
@@ -394,7 +396,7 @@ def test_async_managed_default_model() -> None:
 
 @pytest.mark.slow
 def test_managed_tcp_with_api_key_and_idempotent_close() -> None:
-    llm = mlxcel.LLM(binary=MLXCEL, host="127.0.0.1", api_key="s3cret", warmup=False)
+    llm = mlxcel.LLM(binary=MLXCEL, host="127.0.0.1", api_key="s3cret", warmup=False, threads=1)
     assert llm.base_url.startswith("http://127.0.0.1:")
     assert llm.chat(HELLO, max_tokens=8)
     denied = httpx.get(f"{llm.base_url}/models", timeout=30)
@@ -409,7 +411,7 @@ def test_managed_tcp_with_api_key_and_idempotent_close() -> None:
 
 @pytest.mark.slow
 def test_a_managed_server_that_died_is_named_with_its_pid_and_last_output() -> None:
-    with mlxcel.LLM(binary=MLXCEL, warmup=False) as llm:
+    with mlxcel.LLM(binary=MLXCEL, warmup=False, threads=1) as llm:
         assert llm.chat(HELLO, max_tokens=2)
         pid = llm.pid
         assert pid is not None
@@ -434,7 +436,7 @@ def _assert_killed(error: mlxcel.ServerExitedError, pid: int) -> None:
 
 @pytest.mark.slow
 def test_a_managed_server_that_dies_mid_stream_is_named_too() -> None:
-    with mlxcel.LLM(binary=MLXCEL, warmup=False) as llm:
+    with mlxcel.LLM(binary=MLXCEL, warmup=False, threads=1) as llm:
         pid = llm.pid
         assert pid is not None
         deltas = llm.stream_generate("Once upon a time", max_tokens=1500, ignore_eos=True)

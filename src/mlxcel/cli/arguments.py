@@ -100,7 +100,7 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=defaults.default_threads(),
         metavar="N",
-        help="CPU threads for generation (default: %(default)s, the usable cores but one)",
+        help="CPU threads for generation (default: %(default)s, the physical cores)",
     )
     add(
         "-tb",
