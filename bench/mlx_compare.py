@@ -1,0 +1,106 @@
+"""mlxcel against mlx-lm's own server on the same MLX model, in one run.
+
+    python bench/mlx_compare.py [--model DIR] [--rounds 3] [--max-tokens 32]
+
+Builds (once, into bench/.cache) the tests' tiny random-weight Llama (tests/mlx_model.py)
+unless `--model` names a folder, then serves it in turn with `mlx_lm server` (8 sequences
+decoded together) and `mlxcel serve --backend mlx -np 8`, each at 1 and 8 clients
+(bench/serve.py's load, 2 requests a client), interleaved for `--rounds` with the first of each
+round alternating, and prints every round with the machine's load, then the medians' ratios:
+single-stream decode and 8-stream aggregate decode (from the median inter-token latency, since
+mlx-lm's server has no ignore_eos and a random model may stop early) and the median TTFT at 8.
+MLX sizes its CPU threads itself and neither server takes a thread flag for it, so
+bench/compare.py's three ways of giving threads are one way here: each server's default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from models import CACHE_DIR
+from serve import make_prompts, run_level, summarize
+from servers import _free_port, _start
+from tests.mlx_model import build_model
+
+SERVERS = ("mlx_lm server", "mlxcel")
+# mlx-lm's server loads the model its --model names under this name.
+MODEL_NAME = "default_model"
+
+
+def command(name: str, model: Path, port: int) -> list[str]:
+    """The server's command line, 8 sequences at once, on `port`."""
+    if name == "mlx_lm server":
+        line = [sys.executable, "-m", "mlx_lm", "server", "--model", str(model)]
+        return [*line, "--decode-concurrency", "8", "--log-level", "WARNING", "--port", str(port)]
+    mlxcel = Path(sys.executable).parent / "mlxcel"
+    line = [str(mlxcel), "serve", "-m", str(model), "--backend", "mlx", "-np", "8"]
+    return [*line, "--log-level", "warning", "--port", str(port)]
+
+
+def measure(name: str, model: Path, args: argparse.Namespace) -> tuple[float, float, float]:
+    """Single-stream decode tok/s, 8-stream aggregate tok/s and median TTFT at 8 (ms)."""
+    port = _free_port()
+    process = _start(command(name, model, port), port, "/health")
+    base = f"http://127.0.0.1:{port}/v1"
+    try:
+        levels = {}
+        for level in (1, 8):
+            prompts = make_prompts(level * 2, args.prompt_tokens, False, level)
+            samples, wall = asyncio.run(
+                run_level(base, MODEL_NAME, prompts, level, args.max_tokens)
+            )
+            levels[level] = summarize(level, samples, wall)
+    finally:
+        process.terminate()
+        process.wait()
+    return (
+        1000 / levels[1]["itl_median_ms"],
+        8 * 1000 / levels[8]["itl_median_ms"],
+        levels[8]["ttft_median_ms"],
+    )
+
+
+def main() -> None:
+    """Build or find the model, run the rounds, print the ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", type=Path, help="an MLX folder (default: a tiny Llama)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--prompt-tokens", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    args = parser.parse_args()
+    model = args.model or CACHE_DIR / "mlx-tiny-llama"
+    if args.model is None and not (model / "model.safetensors").exists():
+        build_model(model)
+    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in SERVERS}
+    for round_ in range(1, args.rounds + 1):
+        order = SERVERS if round_ % 2 else SERVERS[::-1]
+        for name in order:
+            figures = measure(name, model, args)
+            runs[name].append(figures)
+            print(
+                f"round {round_} {name + ':':15} decode {figures[0]:.1f} tok/s at 1 stream, "
+                f"{figures[1]:.1f} aggregate at 8; median TTFT at 8 {figures[2]:.0f} ms; "
+                f"load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+    theirs, ours = (
+        [statistics.median(f[i] for f in runs[name]) for i in range(3)] for name in SERVERS
+    )
+    print("medians, mlxcel / mlx_lm server:")
+    print(f"  single-stream decode: {ours[0]:.1f} / {theirs[0]:.1f} = {ours[0] / theirs[0]:.2f}x")
+    print(f"  8-stream aggregate:   {ours[1]:.1f} / {theirs[1]:.1f} = {ours[1] / theirs[1]:.2f}x")
+    print(
+        f"  median TTFT at 8, theirs/ours: {theirs[2]:.0f} / {ours[2]:.0f} ms = "
+        f"{theirs[2] / ours[2]:.2f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()
