@@ -10,7 +10,7 @@ import jsonschema
 import openai
 import pytest
 
-from mlxcel.parsers.tools import PARSERS, Text, ToolArguments, ToolStart
+from mlxcel.parsers.tools import PARSERS, Text, ToolArguments, ToolEnd, ToolStart
 from tests.conftest import start
 from tests.server_process import ServerProcess
 
@@ -49,8 +49,13 @@ def _parse(text: str, step: int) -> tuple[str, dict[int, str], dict[int, str]]:
     for i in range(0, len(text), step):
         deltas += parser.feed(text[i : i + step])
     deltas += parser.finish()
-    content = "".join(d.text for d in deltas if isinstance(d, Text))
     names = {d.index: d.name for d in deltas if isinstance(d, ToolStart)}
+    # A ToolEnd without a start is the markup of a call the text ended in: content here.
+    content = "".join(
+        d.text if isinstance(d, Text) else d.markup
+        for d in deltas
+        if isinstance(d, Text) or (isinstance(d, ToolEnd) and d.index not in names)
+    )
     args: dict[int, str] = {}
     for d in deltas:
         if isinstance(d, ToolArguments):

@@ -74,6 +74,9 @@ class SamplingParams:
     """Output must match this grammar (llama-server's `grammar`)."""
     grammar_syntax: GrammarSyntax = "gbnf"
     """`gbnf`, or `lark`: llguidance's, whose `%json {...}` rules hold a whole JSON schema."""
+    grammar_markers: tuple[str, ...] = ()
+    """A lark grammar's markers, which it names as rules `marker_0` ... (engine/markers.py):
+    defined by the engine as the special tokens they are in its vocabulary, else as text."""
     render_special: bool = False
     """Control tokens appear in the text (for parsers whose markers are control tokens)."""
     samplers: tuple[SamplerStage, ...] = DEFAULT_SAMPLERS

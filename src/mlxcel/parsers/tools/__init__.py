@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from mlxcel.parsers.tools import deepseek_v3, harmony, qwen3_coder
+from mlxcel.parsers.tools import deepseek_v3, harmony, hermes, qwen3_coder
 from mlxcel.parsers.tools.base import (
     Delta,
     Reasoning,
@@ -43,7 +43,7 @@ def _untyped(factory: Callable[[], ToolCallParser]) -> ParserFactory:
 
 
 PARSERS: dict[str, ParserFactory] = {
-    "hermes": _untyped(HermesParser),
+    "hermes": HermesParser,
     "llama3_json": _untyped(llama3_json),
     "mistral": _untyped(mistral),
     "json": _untyped(bare_json),
@@ -56,15 +56,23 @@ PARSERS: dict[str, ParserFactory] = {
 # The grammar that forces calls written as each format's parser reads them.
 CALL_GRAMMARS: dict[str, CallGrammar] = {
     "hermes": json_call_grammar(
-        "arguments", "<tool_call>\n", "\n</tool_call>\n<tool_call>\n", "\n</tool_call>"
+        "arguments",
+        "<tool_call>\n",
+        "\n</tool_call>\n<tool_call>\n",
+        "\n</tool_call>",
+        markers=(hermes.OPEN, hermes.CLOSE),
     ),
     "llama3_json": json_call_grammar("parameters", "", None, ""),
-    "mistral": json_call_grammar("arguments", "[", ", ", "]"),
+    "mistral": json_call_grammar("arguments", "[TOOL_CALLS][", ", ", "]", ("[TOOL_CALLS]",)),
     "json": json_call_grammar("arguments", "", None, ""),
     "qwen3_coder": gbnf(qwen3_coder.forced_grammar),
     "deepseek_v3": gbnf(deepseek_v3.forced_grammar),
     "harmony": gbnf(harmony.forced_grammar),
 }
+
+# The text that ends one call, where a format has one: the stop that ends an answer after its
+# first call (`parallel_tool_calls: false`) when no grammar holds it to one.
+CALL_ENDS: dict[str, str] = {"hermes": hermes.CLOSE}
 
 # How each format writes one call, for models whose template cannot show tools: the system
 # message that lists the tools shows this shape, so the model writes what the parser reads.
@@ -108,6 +116,7 @@ def detect_parser(template_source: str | None) -> str:
 
 
 __all__ = [
+    "CALL_ENDS",
     "CALL_EXAMPLES",
     "CALL_GRAMMARS",
     "DEFAULT_PARSER",

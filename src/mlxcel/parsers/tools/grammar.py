@@ -12,12 +12,13 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from llama_cpp.llama_grammar import SchemaConverter
 
-from mlxcel.engine.types import GrammarSyntax
+from mlxcel.engine.markers import marker_rule
+from mlxcel.engine.types import GrammarSyntax, SamplingParams
 from mlxcel.parsers.schemas import closed_objects
 
 Tools = list[dict[str, Any]]
@@ -25,10 +26,18 @@ Tools = list[dict[str, Any]]
 
 @dataclass(frozen=True)
 class ForcedGrammar:
-    """A grammar that forces calls, and its syntax: `gbnf` or `lark` (llguidance's)."""
+    """A grammar that forces calls, and its syntax: `gbnf` or `lark` (llguidance's), with
+    the markers a lark grammar names as rules (engine/markers.py)."""
 
     text: str
     syntax: GrammarSyntax
+    markers: tuple[str, ...] = ()
+
+    def applied(self, params: SamplingParams) -> SamplingParams:
+        """`params` generating under this grammar."""
+        return replace(
+            params, grammar=self.text, grammar_syntax=self.syntax, grammar_markers=self.markers
+        )
 
 
 # Builds the grammar for calls to `tools`; several of them in a row when the bool says so.
@@ -79,13 +88,18 @@ def parameters(converter: SchemaConverter, tool: dict[str, Any], index: int) -> 
 
 
 def json_call_grammar(
-    arguments_key: str, opening: str, separator: str | None, closing: str
+    arguments_key: str,
+    opening: str,
+    separator: str | None,
+    closing: str,
+    markers: tuple[str, ...] = (),
 ) -> CallGrammar:
     """Calls as JSON objects {"name", `arguments_key`} inside `opening` and `closing`.
 
     `separator` goes between parallel calls; None allows one call only. The grammar is
     llguidance's lark with the call schema inline (`%json`), so every JSON Schema keyword of the
-    parameters holds (bounds, lengths, patterns), as it does for response_format.
+    parameters holds (bounds, lengths, patterns), as it does for response_format. `markers`
+    in the three texts are written as the special tokens they may be (engine/markers.py).
     """
 
     def grammar(tools: Tools, parallel: bool) -> ForcedGrammar:
@@ -93,14 +107,26 @@ def json_call_grammar(
         schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
         # At most one space between JSON tokens, as for response_format.
         schema = {**schema, "x-guidance": {"whitespace_pattern": " ?"}}
-        parts = [json.dumps(opening), "call"]
+        parts = [_lark_text(opening, markers), "call"]
         if parallel and separator is not None:
-            parts.append(f"({json.dumps(separator)} call)*")
-        parts.append(json.dumps(closing))
-        start = " ".join(part for part in parts if part != '""')
-        return ForcedGrammar(f"start: {start}\ncall: %json {json.dumps(schema)}\n", "lark")
+            parts.append(f"({_lark_text(separator, markers)} call)*")
+        parts.append(_lark_text(closing, markers))
+        start = " ".join(part for part in parts if part)
+        text = f"start: {start}\ncall: %json {json.dumps(schema)}\n"
+        return ForcedGrammar(text, "lark", markers)
 
     return grammar
+
+
+def _lark_text(text: str, markers: tuple[str, ...]) -> str:
+    """`text` as a lark sequence: string literals, with each of `markers` as its rule."""
+    found = [(at, i) for i, m in enumerate(markers) if (at := text.find(m)) >= 0]
+    if not found:
+        return json.dumps(text) if text else ""
+    at, index = min(found)
+    rest = text[at + len(markers[index]) :]
+    parts = [_lark_text(text[:at], markers), marker_rule(index), _lark_text(rest, markers)]
+    return " ".join(part for part in parts if part)
 
 
 def _call_schema(tool: dict[str, Any], arguments_key: str) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 
 A call's JSON is only known once it closes, so these parsers hold it and emit each call whole
 (its start, then its arguments in one fragment); text that is not a call streams as content.
-A list of calls that the text's end cut off keeps the calls it completed; the rest is content.
+A list of calls that the text's end cut off keeps the calls it completed; the call it cut is
+dropped (the model's next call, not content).
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ class JsonCallsParser:
         return [c for c in calls if c is not None], ""
 
     def _completed(self, text: str) -> tuple[list[tuple[str, Any, str]], str]:
-        """The calls a list completed before the text's end cut it off, and the rest."""
+        """The calls a list completed before the text's end cut it off; all of `text` when
+        there were none."""
         head = text.lstrip()
         if not head.startswith("["):
             return [], text
@@ -97,7 +99,7 @@ class JsonCallsParser:
             try:
                 item, end = decoder.raw_decode(text, at)
             except ValueError:
-                return calls, text[at:]
+                return calls, "" if calls else text
             call = self._call(item, text[at:end])
             if call is None:
                 return [], text
