@@ -271,6 +271,16 @@ class EngineError(Exception):
         return type(self), (str(self), self.code, self.param)
 
 
+# The log-probability OpenAI reports for a token that cannot come (one a grammar masks): a
+# number where the engines have -inf, which JSON cannot carry.
+IMPOSSIBLE_LOGPROB = -9999.0
+
+
+def possible(logprob: float) -> float:
+    """`logprob`, or IMPOSSIBLE_LOGPROB where it is lower (-inf, a masked token's) or NaN."""
+    return logprob if logprob >= IMPOSSIBLE_LOGPROB else IMPOSSIBLE_LOGPROB
+
+
 @dataclass(frozen=True)
 class TokenLogprob:
     """One generated token's log-probability, with its bytes and the top alternatives'."""
