@@ -111,6 +111,10 @@ def json_call_grammar(
         if parallel and separator is not None:
             parts.append(f"({_lark_text(separator, markers)} call)*")
         parts.append(_lark_text(closing, markers))
+        if parallel and separator is not None and separator.startswith("\n"):
+            # What separates two calls may begin after the last: a model that writes the
+            # newline may still end there rather than be held to another call.
+            parts.append('"\\n"?')
         start = " ".join(part for part in parts if part)
         text = f"start: {start}\ncall: %json {json.dumps(schema)}\n"
         return ForcedGrammar(text, "lark", markers)
