@@ -74,8 +74,13 @@ def _parse(
 ) -> tuple[str, dict[int, str], dict[int, Any]]:
     """Content, call names and parsed arguments by call index."""
     deltas = _deltas(name, text, step, tools)
-    content = "".join(d.text for d in deltas if isinstance(d, Text))
     names = {d.index: d.name for d in deltas if isinstance(d, ToolStart)}
+    # A ToolEnd without a start is the markup of a call the text ended in: content here.
+    content = "".join(
+        d.text if isinstance(d, Text) else d.markup
+        for d in deltas
+        if isinstance(d, Text) or (isinstance(d, ToolEnd) and d.index not in names)
+    )
     arguments: dict[int, str] = {}
     for d in deltas:
         if isinstance(d, ToolArguments):

@@ -349,7 +349,9 @@ def test_json_formats_keep_plain_and_broken_answers_as_content(name: str) -> Non
         assert "".join(d.text for d in deltas if isinstance(d, Text)).endswith(text)
 
 
-@pytest.fixture(scope="module", params=["mistral", "llama3_json"])
+@pytest.fixture(
+    scope="module", params=["mistral", "llama3_json", "kimi_k2", "granite", "firefunction"]
+)
 def parser_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:

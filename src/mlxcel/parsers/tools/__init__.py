@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from mlxcel.parsers.tools import deepseek_v3, harmony, hermes, qwen3_coder
+from mlxcel.parsers.tools import deepseek_v3, harmony, hermes, kimi_k2, qwen3_coder
 from mlxcel.parsers.tools.base import (
     Delta,
     Reasoning,
@@ -23,7 +23,15 @@ from mlxcel.parsers.tools.grammar import (
     json_call_grammar,
 )
 from mlxcel.parsers.tools.hermes import HermesParser
-from mlxcel.parsers.tools.json_calls import bare_json, llama3_json, mistral
+from mlxcel.parsers.tools.json_calls import (
+    FIREFUNCTION,
+    GRANITE,
+    bare_json,
+    firefunction,
+    granite,
+    llama3_json,
+    mistral,
+)
 from mlxcel.parsers.tools.whole import WholeCalls
 
 
@@ -51,6 +59,9 @@ PARSERS: dict[str, ParserFactory] = {
     "deepseek_v3": _untyped(deepseek_v3.DeepSeekV3Parser),
     # gpt-oss channels: reads reasoning (analysis) and content (final) as well as calls.
     "harmony": _untyped(harmony.HarmonyParser),
+    "kimi_k2": _untyped(kimi_k2.KimiK2Parser),
+    "granite": _untyped(granite),
+    "firefunction": _untyped(firefunction),
 }
 
 # The grammar that forces calls written as each format's parser reads them.
@@ -68,6 +79,9 @@ CALL_GRAMMARS: dict[str, CallGrammar] = {
     "qwen3_coder": gbnf(qwen3_coder.forced_grammar),
     "deepseek_v3": gbnf(deepseek_v3.forced_grammar),
     "harmony": gbnf(harmony.forced_grammar),
+    "kimi_k2": kimi_k2.forced_grammar,
+    "granite": json_call_grammar("arguments", f"{GRANITE}[", ", ", "]", (GRANITE,)),
+    "firefunction": json_call_grammar("arguments", f" {FIREFUNCTION}[", ", ", "]"),
 }
 
 # The text that ends one call, where a format has one: the stop that ends an answer after its
@@ -90,18 +104,29 @@ CALL_EXAMPLES: dict[str, str] = {
         f"\n```json\n{{...}}\n```{deepseek_v3.CALL_END}{deepseek_v3.CALLS_END}"
     ),
     "harmony": "<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}",
+    "kimi_k2": (
+        f"{kimi_k2.SECTION_BEGIN}{kimi_k2.CALL_BEGIN}functions.NAME:0{kimi_k2.ARGUMENTS_BEGIN}"
+        f"{{...}}{kimi_k2.CALL_END}{kimi_k2.SECTION_END}"
+    ),
+    "granite": f'{GRANITE}[{{"name": NAME, "arguments": {{...}}}}]',
+    "firefunction": f'{FIREFUNCTION}[{{"name": NAME, "arguments": {{...}}}}]',
 }
 
 # Markup a chat template writes for tool calls, and the parser that reads it (first match).
-# Qwen3-Coder's template also writes <tool_call>, so its <function= comes before hermes.
+# Qwen3-Coder's template also writes <tool_call>, so its <function= comes before hermes; Llama
+# 3.2's shows no <|python_tag|>, only its ipython role, which Hermes-3 on Llama 3.1 has too.
 _TEMPLATE_MARKERS = (
     ("<|channel|>", "harmony"),
+    ("tool_calls_section_begin", "kimi_k2"),
+    ("<|tool_call|>", "granite"),
+    (FIREFUNCTION, "firefunction"),
     ("<function=", "qwen3_coder"),
     ("<parameter=", "qwen3_coder"),
     ("tool▁calls▁begin", "deepseek_v3"),
     ("<tool_call>", "hermes"),
     ("[TOOL_CALLS]", "mistral"),
     ("<|python_tag|>", "llama3_json"),
+    ("ipython", "llama3_json"),
 )
 # For templates that show no call markup: the format the forcing grammar writes best.
 DEFAULT_PARSER = "hermes"

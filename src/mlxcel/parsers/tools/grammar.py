@@ -105,8 +105,7 @@ def json_call_grammar(
     def grammar(tools: Tools, parallel: bool) -> ForcedGrammar:
         schemas = [_call_schema(tool, arguments_key) for tool in tools]
         schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
-        # At most one space between JSON tokens, as for response_format.
-        schema = {**schema, "x-guidance": {"whitespace_pattern": " ?"}}
+        schema = {**schema, **_COMPACT}
         parts = [_lark_text(opening, markers), "call"]
         if parallel and separator is not None:
             parts.append(f"({_lark_text(separator, markers)} call)*")
@@ -131,6 +130,16 @@ def _lark_text(text: str, markers: tuple[str, ...]) -> str:
     rest = text[at + len(markers[index]) :]
     parts = [_lark_text(text[:at], markers), marker_rule(index), _lark_text(rest, markers)]
     return " ".join(part for part in parts if part)
+
+
+# At most one space between JSON tokens, as for response_format.
+_COMPACT = {"x-guidance": {"whitespace_pattern": " ?"}}
+
+
+def arguments_schema(tool: dict[str, Any]) -> str:
+    """The JSON text of the schema a call's arguments are held to, for a lark `%json` rule."""
+    parameters = closed_objects(tool["function"].get("parameters") or {"type": "object"})
+    return json.dumps({**parameters, **_COMPACT})
 
 
 def _call_schema(tool: dict[str, Any], arguments_key: str) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """Formats whose calls are plain JSON: Llama 3.x (`{"name", "parameters"}`, maybe after
-<|python_tag|>), Mistral (`[TOOL_CALLS][{"name", "arguments"}, ...]`) and a bare-JSON fallback.
+<|python_tag|>), Mistral (`[TOOL_CALLS][{"name", "arguments"}, ...]`), Granite 3.x
+(`<|tool_call|>[...]`), firefunction-v2 (` functools[...]`) and a bare-JSON fallback.
 
 A call's JSON is only known once it closes, so these parsers hold it and emit each call whole
 (its start, then its arguments in one fragment); text that is not a call streams as content.
@@ -126,3 +127,17 @@ def mistral() -> JsonCallsParser:
 def bare_json() -> JsonCallsParser:
     """Fallback: an answer that is a JSON object {"name", "arguments"} is a call."""
     return JsonCallsParser("", arguments_keys=("arguments", "parameters"))
+
+
+GRANITE = "<|tool_call|>"
+FIREFUNCTION = "functools"
+
+
+def granite() -> JsonCallsParser:
+    """Granite 3.x: <|tool_call|> then a JSON array of {"name", "arguments"}."""
+    return JsonCallsParser(GRANITE, arguments_keys=("arguments",))
+
+
+def firefunction() -> JsonCallsParser:
+    """firefunction-v2: functools then a JSON array of {"name", "arguments"}."""
+    return JsonCallsParser(FIREFUNCTION, arguments_keys=("arguments",))
