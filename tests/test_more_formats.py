@@ -1,4 +1,4 @@
-"""The formats issue 38 added (Kimi K2, Granite 3.x, firefunction-v2) read from canonical
+"""The formats issue 38 added (Kimi K2, GLM 4.x, Granite 3.x, firefunction-v2) read from canonical
 output split anywhere, and the parser `auto` picks for each template in llama.cpp's folder."""
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ TWO_CALLS = {
     "kimi_k2": f"Checking.{SECTION_BEGIN}{_kimi('get_weather', 0, PARIS)}"
     f"{_kimi('get_time', 1, CET)}{SECTION_END}",
     "granite": "Checking." + _json_list("<|tool_call|>"),
+    # GLM 4.6 with newlines, 4.7 without.
+    "glm": "Checking.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris"
+    "</arg_value>\n</tool_call><tool_call>get_time<arg_key>zone</arg_key><arg_value>CET"
+    "</arg_value></tool_call>",
     "firefunction": "Checking. " + _json_list("functools"),
 }
 
@@ -94,6 +98,13 @@ def test_kimi_k2_grammar_names_its_markers() -> None:
 # of ours get hermes (which also reads untagged JSON calls); they are listed so a new parser
 # shows up here.
 EXPECTED = {
+    "GLM-4.6": "glm",
+    "GLM-4.7-Flash": "glm",
+    "Spark2.5": "glm",
+    "inclusionai-ling-3.0-flash": "glm",
+    "poolside-Laguna-S-2.1": "glm",
+    "poolside-Laguna-XS-2.1": "glm",
+    "poolside-Laguna-XS.2": "glm",
     "ByteDance-Seed-OSS": "qwen3_coder",
     "Kimi-K2-Instruct": "kimi_k2",
     "Kimi-K2-Thinking": "kimi_k2",
@@ -125,3 +136,20 @@ TEMPLATES = llama_cpp_templates()
 @pytest.mark.parametrize("path", TEMPLATES, ids=[p.stem for p in TEMPLATES])
 def test_auto_picks_the_parser_from_the_template(path: Any) -> None:
     assert detect_parser(path.read_text()) == EXPECTED.get(path.stem, "hermes")
+
+
+def test_glm_values_take_their_schema_type() -> None:
+    properties = {"days": {"type": "integer"}, "code": {"type": "string"}, "tags": {}}
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"properties": properties}}}
+    parser = PARSERS["glm"]([tool])
+    pairs = {"days": "3", "code": "007", "tags": '["a", 1]'}
+    body = "".join(f"<arg_key>{k}</arg_key><arg_value>{v}</arg_value>" for k, v in pairs.items())
+    deltas = parser.feed(f"<tool_call>f{body}</tool_call>") + parser.finish()
+    arguments = "".join(d.fragment for d in deltas if isinstance(d, ToolArguments))
+    assert json.loads(arguments) == {"days": 3, "code": "007", "tags": ["a", 1]}
+
+
+def test_glm_reads_no_hermes_json_as_a_call() -> None:
+    text = '<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>'
+    answer = parse_answer(text, None, ToolPlan([], "glm", None))
+    assert (answer.content, answer.tool_calls) == (text, [])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from mlxcel.parsers.tools import deepseek_v3, harmony, hermes, kimi_k2, qwen3_coder
+from mlxcel.parsers.tools import deepseek_v3, glm, harmony, hermes, kimi_k2, qwen3_coder
 from mlxcel.parsers.tools.base import (
     Delta,
     Reasoning,
@@ -60,6 +60,7 @@ PARSERS: dict[str, ParserFactory] = {
     # gpt-oss channels: reads reasoning (analysis) and content (final) as well as calls.
     "harmony": _untyped(harmony.HarmonyParser),
     "kimi_k2": _untyped(kimi_k2.KimiK2Parser),
+    "glm": glm.GlmParser,
     "granite": _untyped(granite),
     "firefunction": _untyped(firefunction),
 }
@@ -80,6 +81,7 @@ CALL_GRAMMARS: dict[str, CallGrammar] = {
     "deepseek_v3": gbnf(deepseek_v3.forced_grammar),
     "harmony": gbnf(harmony.forced_grammar),
     "kimi_k2": kimi_k2.forced_grammar,
+    "glm": gbnf(glm.forced_grammar),
     "granite": json_call_grammar("arguments", f"{GRANITE}[", ", ", "]", (GRANITE,)),
     "firefunction": json_call_grammar("arguments", f" {FIREFUNCTION}[", ", ", "]"),
 }
@@ -108,6 +110,7 @@ CALL_EXAMPLES: dict[str, str] = {
         f"{kimi_k2.SECTION_BEGIN}{kimi_k2.CALL_BEGIN}functions.NAME:0{kimi_k2.ARGUMENTS_BEGIN}"
         f"{{...}}{kimi_k2.CALL_END}{kimi_k2.SECTION_END}"
     ),
+    "glm": "<tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n</tool_call>",
     "granite": f'{GRANITE}[{{"name": NAME, "arguments": {{...}}}}]',
     "firefunction": f'{FIREFUNCTION}[{{"name": NAME, "arguments": {{...}}}}]',
 }
@@ -118,6 +121,7 @@ CALL_EXAMPLES: dict[str, str] = {
 _TEMPLATE_MARKERS = (
     ("<|channel|>", "harmony"),
     ("tool_calls_section_begin", "kimi_k2"),
+    ("<arg_key>", "glm"),
     ("<|tool_call|>", "granite"),
     (FIREFUNCTION, "firefunction"),
     ("<function=", "qwen3_coder"),
