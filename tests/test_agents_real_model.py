@@ -234,6 +234,33 @@ def test_responses_api(coder: ServerProcess, choice: str) -> None:
         valid_call(call.name, call.arguments)  # type: ignore[union-attr]
 
 
+CANONICAL = {
+    "two calls": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+    '</tool_call>\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lyon"}}\n'
+    "</tool_call>",
+    "untagged": '{"name": "get_weather", "arguments": {"city": "Paris"}}',
+    "text first": 'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": '
+    '"Paris"}}\n</tool_call>',
+}
+
+
+@pytest.mark.parametrize("text", list(CANONICAL.values()), ids=list(CANONICAL))
+def test_hermes_streamed_in_qwens_own_tokens(coder: ServerProcess, text: str) -> None:
+    """Canonical Hermes output cut where Qwen2.5's tokenizer cuts it (<tool_call> is one
+    special token), fed to the parser piece by piece: the calls, and no markup as content."""
+    from mlxcel.serving.tools import ToolStream
+
+    with coder.http() as http:
+        tokens = http.post("/tokenize", json={"content": text, "with_pieces": True}).json()
+    pieces = [token["piece"] for token in tokens["tokens"]]
+    assert "<tool_call>" in pieces or "<tool_call>" not in text
+    stream = ToolStream("hermes", [WEATHER])
+    deltas = [delta for piece in pieces for delta in stream.feed(piece)] + stream.finish()
+    content = "".join(delta.get("content", "") for delta in deltas)
+    assert "<tool_call>" not in content and "get_weather" not in content
+    assert stream.calls == text.count("get_weather")
+
+
 def test_the_model_is_the_real_one(coder: ServerProcess) -> None:
     # Guards the measurements above: the file is Qwen2.5-Coder's, and its template is Qwen's.
     path = coder_gguf()
