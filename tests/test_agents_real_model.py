@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +23,7 @@ import anthropic
 import jsonschema
 import pytest
 
+from mlxcel.parsers.tools import CALL_GRAMMARS
 from tests.cached_data import coder_gguf
 from tests.conftest import serving
 from tests.server_process import ServerProcess
@@ -259,6 +261,46 @@ def test_hermes_streamed_in_qwens_own_tokens(coder: ServerProcess, text: str) ->
     content = "".join(delta.get("content", "") for delta in deltas)
     assert "<tool_call>" not in content and "get_weather" not in content
     assert stream.calls == text.count("get_weather")
+
+
+@pytest.fixture(scope="module")
+def qwen_vocabulary() -> Iterator[tuple[Any, int]]:
+    """llguidance's view of Qwen2.5's vocabulary, as the llama.cpp engine builds it."""
+    import llama_cpp
+    from llguidance.llamacpp import lltokenizer_from_vocab
+
+    llama_cpp.llama_backend_init()
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = llama_cpp.llama_model_load_from_file(str(coder_gguf()).encode(), params)
+    vocab = llama_cpp.llama_model_get_vocab(model)
+    size = llama_cpp.llama_vocab_n_tokens(vocab)
+    with warnings.catch_warnings():  # llguidance's helper calls a deprecated API per token
+        warnings.simplefilter("ignore", DeprecationWarning)
+        tokenizer = lltokenizer_from_vocab(vocab, size)
+    yield tokenizer, size
+    llama_cpp.llama_model_free(model)
+
+
+TOOL_CALL = 151657  # <tool_call> in Qwen2.5's vocabulary
+
+
+@pytest.mark.parametrize("name", sorted(CALL_GRAMMARS))
+def test_forcing_grammars_on_qwens_vocabulary(qwen_vocabulary: tuple[Any, int], name: str) -> None:
+    """Every format's forcing grammar, as llguidance runs it (lark on both engines, GBNF on
+    MLX), compiles on a real vocabulary; where the format opens with <tool_call>, the one token
+    allowed first is Qwen's special token for it (it was banned: the grammar spelled it as text)."""
+    from mlxcel.backends.guidance import constraint
+    from mlxcel.engine.types import SamplingParams
+
+    tokenizer, size = qwen_vocabulary
+    params = SamplingParams(max_tokens=8, temperature=0, top_p=1, top_k=0, min_p=0)
+    allowed = constraint(CALL_GRAMMARS[name]([WEATHER], True).applied(params), tokenizer, size)
+    first = set(allowed.allowed().nonzero()[0].tolist())
+    if name in ("hermes", "qwen3_coder", "glm"):
+        assert first == {TOOL_CALL}
+    else:
+        assert first and TOOL_CALL not in first
 
 
 def test_the_model_is_the_real_one(coder: ServerProcess) -> None:

@@ -12,8 +12,9 @@ from collections.abc import Callable
 import llguidance
 import llguidance.numpy
 import numpy as np
+from llguidance.gbnf_to_lark import any_to_lark as gbnf_to_lark
 
-from mlxcel.engine.markers import with_markers
+from mlxcel.engine.markers import marked_literals, with_markers
 from mlxcel.engine.types import EngineError, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -34,11 +35,14 @@ def _special_token(tokenizer: llguidance.LLTokenizer) -> Callable[[str], int | N
 def _grammar(params: SamplingParams, tokenizer: llguidance.LLTokenizer) -> str:
     """llguidance's grammar for the request's GBNF or lark grammar, else its JSON schema."""
     if params.grammar is not None:
-        text = params.grammar
-        if params.grammar_markers:
-            text = with_markers(text, params.grammar_markers, _special_token(tokenizer))
+        text, syntax = params.grammar, params.grammar_syntax
+        markers = params.grammar_markers
         try:
-            return llguidance.grammar_from(params.grammar_syntax, text)
+            if markers and syntax == "gbnf":
+                text, syntax = marked_literals(gbnf_to_lark(text), markers), "lark"
+            if markers:
+                text = with_markers(text, markers, _special_token(tokenizer))
+            return llguidance.grammar_from(syntax, text)
         except ValueError as exc:
             raise EngineError(f"the grammar does not parse: {exc}", "invalid_grammar") from exc
     try:

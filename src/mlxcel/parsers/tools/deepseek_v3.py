@@ -30,6 +30,7 @@ def _markup(words: str) -> str:
 CALLS_BEGIN, CALLS_END = _markup("tool calls begin"), _markup("tool calls end")
 CALL_BEGIN, CALL_END = _markup("tool call begin"), _markup("tool call end")
 SEP = _markup("tool sep")
+MARKERS = (CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP)
 # The part before SEP (V3's type or V3.1's name), and V3's name after it.
 _NAME = re.compile(r"[^\s<>{}`\"]*")
 # Held at the end of the arguments: they may be the closing code fence.

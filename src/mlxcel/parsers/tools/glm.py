@@ -25,6 +25,7 @@ from mlxcel.parsers.tools.tagged import TaggedCallsParser
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 KEY, KEY_END, VALUE, VALUE_END = "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"
+MARKERS = (OPEN, CLOSE, KEY, KEY_END, VALUE, VALUE_END)
 # A name runs to its line's end or the first tag; a "{" or a quote means it was JSON (Hermes).
 _NAME = re.compile(r"\s*([^\s<>{}\"]+)\s*(?=<|$)")
 # A key and its value, whole.

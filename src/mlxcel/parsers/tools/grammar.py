@@ -17,7 +17,7 @@ from typing import Any
 
 from llama_cpp.llama_grammar import SchemaConverter
 
-from mlxcel.engine.markers import marker_rule
+from mlxcel.engine.markers import spelled
 from mlxcel.engine.types import GrammarSyntax, SamplingParams
 from mlxcel.parsers.schemas import closed_objects
 
@@ -44,12 +44,13 @@ class ForcedGrammar:
 CallGrammar = Callable[[Tools, bool], ForcedGrammar]
 
 
-def gbnf(builder: Callable[[Tools, bool], str]) -> CallGrammar:
-    """A builder of GBNF text as a CallGrammar (markup that may be control tokens stays GBNF:
-    llama.cpp's grammar sampler matches those tokens by their text)."""
+def gbnf(builder: Callable[[Tools, bool], str], markers: tuple[str, ...] = ()) -> CallGrammar:
+    """A builder of GBNF text as a CallGrammar: llama.cpp's grammar sampler matches `markers`
+    (special tokens where the vocabulary has them) by their text; llguidance as the tokens
+    they are (engine/markers.py)."""
 
     def grammar(tools: Tools, parallel: bool) -> ForcedGrammar:
-        return ForcedGrammar(builder(tools, parallel), "gbnf")
+        return ForcedGrammar(builder(tools, parallel), "gbnf", markers)
 
     return grammar
 
@@ -106,10 +107,10 @@ def json_call_grammar(
         schemas = [_call_schema(tool, arguments_key) for tool in tools]
         schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
         schema = {**schema, **_COMPACT}
-        parts = [_lark_text(opening, markers), "call"]
+        parts = [spelled(opening, markers), "call"]
         if parallel and separator is not None:
-            parts.append(f"({_lark_text(separator, markers)} call)*")
-        parts.append(_lark_text(closing, markers))
+            parts.append(f"({spelled(separator, markers)} call)*")
+        parts.append(spelled(closing, markers))
         if parallel and separator is not None and separator.startswith("\n"):
             # What separates two calls may begin after the last: a model that writes the
             # newline may still end there rather than be held to another call.
@@ -119,17 +120,6 @@ def json_call_grammar(
         return ForcedGrammar(text, "lark", markers)
 
     return grammar
-
-
-def _lark_text(text: str, markers: tuple[str, ...]) -> str:
-    """`text` as a lark sequence: string literals, with each of `markers` as its rule."""
-    found = [(at, i) for i, m in enumerate(markers) if (at := text.find(m)) >= 0]
-    if not found:
-        return json.dumps(text) if text else ""
-    at, index = min(found)
-    rest = text[at + len(markers[index]) :]
-    parts = [_lark_text(text[:at], markers), marker_rule(index), _lark_text(rest, markers)]
-    return " ".join(part for part in parts if part)
 
 
 # At most one space between JSON tokens, as for response_format.
