@@ -1,5 +1,6 @@
-"""The formats issue 38 added (Kimi K2, GLM 4.x, Granite 3.x, firefunction-v2) read from canonical
-output split anywhere, and the parser `auto` picks for each template in llama.cpp's folder."""
+"""The formats issue 38 added (Kimi K2, GLM 4.x, functionary v3.2, Granite 3.x, firefunction-v2)
+read from canonical output split anywhere, and the parser `auto` picks for each template in
+llama.cpp's folder."""
 
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ TWO_CALLS = {
     "kimi_k2": f"Checking.{SECTION_BEGIN}{_kimi('get_weather', 0, PARIS)}"
     f"{_kimi('get_time', 1, CET)}{SECTION_END}",
     "granite": "Checking." + _json_list("<|tool_call|>"),
+    # After the prompt's ">>>": the user's text, then each function's arguments.
+    "functionary_v3_2": 'all\nChecking.>>>get_weather\n{"city": "Paris"}\n>>>get_time\n'
+    '{"zone": "CET"}',
     # GLM 4.6 with newlines, 4.7 without.
     "glm": "Checking.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris"
     "</arg_value>\n</tool_call><tool_call>get_time<arg_key>zone</arg_key><arg_value>CET"
@@ -99,6 +103,7 @@ def test_kimi_k2_grammar_names_its_markers() -> None:
 # shows up here.
 EXPECTED = {
     "GLM-4.6": "glm",
+    "meetkai-functionary-medium-v3.2": "functionary_v3_2",
     "GLM-4.7-Flash": "glm",
     "Spark2.5": "glm",
     "inclusionai-ling-3.0-flash": "glm",
@@ -123,7 +128,7 @@ EXPECTED = {
     "llama-cpp-deepseek-r1": "deepseek_v3",
     "fireworks-ai-llama-3-firefunction-v2": "firefunction",
     "ibm-granite-granite-3.3-2B-Instruct": "granite",
-    "meetkai-functionary-medium-v3.1": "qwen3_coder",  # <function=NAME>: read as Qwen3-Coder's
+    "meetkai-functionary-medium-v3.1": "qwen3_coder",  # <function=NAME>{json}: no parser yet
     "meta-llama-Llama-3.1-8B-Instruct": "llama3_json",
     "meta-llama-Llama-3.2-3B-Instruct": "llama3_json",
     "meta-llama-Llama-3.3-70B-Instruct": "llama3_json",
@@ -153,3 +158,11 @@ def test_glm_reads_no_hermes_json_as_a_call() -> None:
     text = '<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>'
     answer = parse_answer(text, None, ToolPlan([], "glm", None))
     assert (answer.content, answer.tool_calls) == (text, [])
+
+
+@pytest.mark.parametrize(
+    "text", ["Just an answer with no recipient line.", "all\nAn answer to the user.", ""]
+)
+def test_functionary_text_is_content(text: str) -> None:
+    answer = parse_answer(text, None, ToolPlan([], "functionary_v3_2", None))
+    assert (answer.content, answer.tool_calls) == (text.removeprefix("all\n"), [])

@@ -350,7 +350,16 @@ def test_json_formats_keep_plain_and_broken_answers_as_content(name: str) -> Non
 
 
 @pytest.fixture(
-    scope="module", params=["mistral", "llama3_json", "kimi_k2", "glm", "granite", "firefunction"]
+    scope="module",
+    params=[
+        "mistral",
+        "llama3_json",
+        "kimi_k2",
+        "glm",
+        "functionary_v3_2",
+        "granite",
+        "firefunction",
+    ],
 )
 def parser_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory

@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from mlxcel.parsers.tools import deepseek_v3, glm, harmony, hermes, kimi_k2, qwen3_coder
+from mlxcel.parsers.tools import (
+    deepseek_v3,
+    functionary,
+    glm,
+    harmony,
+    hermes,
+    kimi_k2,
+    qwen3_coder,
+)
 from mlxcel.parsers.tools.base import (
     Delta,
     Reasoning,
@@ -61,6 +69,7 @@ PARSERS: dict[str, ParserFactory] = {
     "harmony": _untyped(harmony.HarmonyParser),
     "kimi_k2": _untyped(kimi_k2.KimiK2Parser),
     "glm": glm.GlmParser,
+    "functionary_v3_2": _untyped(functionary.FunctionaryV32Parser),
     "granite": _untyped(granite),
     "firefunction": _untyped(firefunction),
 }
@@ -82,6 +91,7 @@ CALL_GRAMMARS: dict[str, CallGrammar] = {
     "harmony": gbnf(harmony.forced_grammar, harmony.MARKERS),
     "kimi_k2": kimi_k2.forced_grammar,
     "glm": gbnf(glm.forced_grammar, glm.MARKERS),
+    "functionary_v3_2": functionary.forced_grammar,
     "granite": json_call_grammar("arguments", f"{GRANITE}[", ", ", "]", (GRANITE,)),
     "firefunction": json_call_grammar("arguments", f" {FIREFUNCTION}[", ", ", "]"),
 }
@@ -111,6 +121,7 @@ CALL_EXAMPLES: dict[str, str] = {
         f"{{...}}{kimi_k2.CALL_END}{kimi_k2.SECTION_END}"
     ),
     "glm": "<tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n</tool_call>",
+    "functionary_v3_2": ">>>NAME\n{...}",
     "granite": f'{GRANITE}[{{"name": NAME, "arguments": {{...}}}}]',
     "firefunction": f'{FIREFUNCTION}[{{"name": NAME, "arguments": {{...}}}}]',
 }
@@ -122,6 +133,7 @@ _TEMPLATE_MARKERS = (
     ("<|channel|>", "harmony"),
     ("tool_calls_section_begin", "kimi_k2"),
     ("<arg_key>", "glm"),
+    (">>>all", "functionary_v3_2"),
     ("<|tool_call|>", "granite"),
     (FIREFUNCTION, "firefunction"),
     ("<function=", "qwen3_coder"),
