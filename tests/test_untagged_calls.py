@@ -96,3 +96,12 @@ def test_json_that_names_no_tool_streams_before_it_ends() -> None:
 def test_without_tools_json_is_content() -> None:
     stream = ToolStream("hermes", None)
     assert stream.feed(CALL) + stream.finish() == [{"content": CALL}]
+
+
+def test_an_untagged_repeat_cut_by_max_tokens_is_dropped() -> None:
+    text = CALL + '\n{"name": "get_weather", "arguments": {"ci'
+    answer = parse_answer(text, None, PLAN, truncated=True)
+    assert answer.content is None and len(answer.tool_calls) == 1
+    stream = ToolStream("hermes", [WEATHER])
+    deltas = stream.feed(text) + stream.finish(truncated=True)
+    assert not any(d.get("content") for d in deltas) and stream.calls == 1

@@ -49,6 +49,9 @@ class HermesParser:
             return self._close(body, closed=whole, tail=rest[len(body) :])
         if self._inside:  # a call cut before its name: markup that may yet be dropped
             return [ToolEnd(self._calls, OPEN + rest, closed=False)]
+        head = rest.lstrip()
+        if self._at_start and head[:1] in ("{", "[") and untagged.may_be_calls(head, self._names):
+            return [ToolEnd(self._calls, rest, closed=False)]  # an untagged call cut, likewise
         return [Text(rest)] if rest else []
 
     def _untagged(self, deltas: list[Delta]) -> bool | None:
