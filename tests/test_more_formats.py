@@ -128,7 +128,7 @@ EXPECTED = {
     "llama-cpp-deepseek-r1": "deepseek_v3",
     "fireworks-ai-llama-3-firefunction-v2": "firefunction",
     "ibm-granite-granite-3.3-2B-Instruct": "granite",
-    "meetkai-functionary-medium-v3.1": "qwen3_coder",  # <function=NAME>{json}: no parser yet
+    "meetkai-functionary-medium-v3.1": "qwen3_coder",  # which reads <function=NAME>{json} too
     "meta-llama-Llama-3.1-8B-Instruct": "llama3_json",
     "meta-llama-Llama-3.2-3B-Instruct": "llama3_json",
     "meta-llama-Llama-3.3-70B-Instruct": "llama3_json",
@@ -166,3 +166,20 @@ def test_glm_reads_no_hermes_json_as_a_call() -> None:
 def test_functionary_text_is_content(text: str) -> None:
     answer = parse_answer(text, None, ToolPlan([], "functionary_v3_2", None))
     assert (answer.content, answer.tool_calls) == (text.removeprefix("all\n"), [])
+
+
+@pytest.mark.parametrize("step", [1, 4, 1000])
+def test_functionary_v3_1_json_bodies(step: int) -> None:
+    text = (
+        'Checking.<function=get_weather>{"city": "Paris"}</function>'
+        '<function=get_time>{"zone": "CET"}</function>'
+    )
+    parser = PARSERS["qwen3_coder"]()
+    deltas = []
+    for at in range(0, len(text), step):
+        deltas += parser.feed(text[at : at + step])
+    deltas += parser.finish()
+    content = "".join(d.text for d in deltas if isinstance(d, Text))
+    names = [d.name for d in deltas if isinstance(d, ToolStart)]
+    arguments = [json.loads(d.fragment) for d in deltas if isinstance(d, ToolArguments)]
+    assert (content, list(zip(names, arguments, strict=True))) == ("Checking.", TWO)

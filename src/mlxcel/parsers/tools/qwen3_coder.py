@@ -110,6 +110,8 @@ class Qwen3CoderParser(TaggedCallsParser):
 
     def _body(self, deltas: list[Delta]) -> bool:
         head = self._buffer.lstrip()
+        if head.startswith("{") and not self._params:
+            return self._json_body(head, deltas)
         if head.startswith(PARAMETER):
             return self._parameter(head, deltas)
         if head.startswith(FUNCTION_END):
@@ -121,6 +123,23 @@ class Qwen3CoderParser(TaggedCallsParser):
         if PARAMETER.startswith(head) or FUNCTION_END.startswith(head):
             return False
         return self._unclosed(deltas)
+
+    def _json_body(self, head: str, deltas: list[Delta]) -> bool:
+        """Functionary v3.1's (and Llama 3.1's custom) shape: `<function=NAME>{json}</function>`."""
+        end = head.find(FUNCTION_END)
+        if end < 0:
+            return False
+        try:
+            arguments = json.loads(head[:end])
+        except ValueError:
+            return self._unclosed(deltas)
+        if not isinstance(arguments, dict):
+            return self._unclosed(deltas)
+        deltas.append(ToolArguments(self._calls - 1, json.dumps(arguments, ensure_ascii=False)))
+        self._consume(head[end + len(FUNCTION_END) :])
+        deltas.append(self._end(closed=True))
+        self._state = _AFTER if self._wrapped else _OUTSIDE
+        return True
 
     def _unclosed(self, deltas: list[Delta]) -> bool:
         """Not markup: the call ends unclosed, and the text from here on is content."""
