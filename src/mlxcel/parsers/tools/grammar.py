@@ -26,8 +26,8 @@ Tools = list[dict[str, Any]]
 
 @dataclass(frozen=True)
 class ForcedGrammar:
-    """A grammar that forces calls, and its syntax: `gbnf` or `lark` (llguidance's), with
-    the markers a lark grammar names as rules (engine/markers.py)."""
+    """A grammar that forces calls, its syntax, `gbnf` or `lark` (llguidance's), and its
+    markers: rules a lark grammar names, text a GBNF grammar holds (engine/markers.py)."""
 
     text: str
     syntax: GrammarSyntax
