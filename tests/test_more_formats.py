@@ -1,6 +1,6 @@
-"""The formats issue 38 added (Kimi K2, GLM 4.x, functionary v3.2, Granite 3.x, firefunction-v2)
-read from canonical output split anywhere, and the parser `auto` picks for each template in
-llama.cpp's folder."""
+"""The formats issue 38 added (Kimi K2, GLM 4.x, functionary v3.2, MiniMax-M2, DeepSeek-V3.2,
+Granite 3.x, firefunction-v2) read from canonical output split anywhere, and the parser `auto`
+picks for each template in llama.cpp's folder."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from mlxcel.parsers.tools import PARSERS, Text, ToolArguments, ToolEnd, ToolStart, detect_parser
+from mlxcel.parsers.tools.invoke_xml import DSML
 from mlxcel.parsers.tools.kimi_k2 import (
     ARGUMENTS_BEGIN,
     CALL_BEGIN,
@@ -38,6 +39,13 @@ TWO_CALLS = {
     "kimi_k2": f"Checking.{SECTION_BEGIN}{_kimi('get_weather', 0, PARIS)}"
     f"{_kimi('get_time', 1, CET)}{SECTION_END}",
     "granite": "Checking." + _json_list("<|tool_call|>"),
+    "minimax_m2": 'Checking.\n<minimax:tool_call>\n<invoke name="get_weather">'
+    '<parameter name="city">Paris</parameter>\n</invoke>\n<invoke name="get_time">'
+    '<parameter name="zone">CET</parameter>\n</invoke>\n</minimax:tool_call>',
+    "deepseek_v32": f'Checking.\n\n<{DSML}function_calls>\n<{DSML}invoke name="get_weather">\n'
+    f'<{DSML}parameter name="city" string="true">Paris</{DSML}parameter>\n</{DSML}invoke>\n'
+    f'<{DSML}invoke name="get_time">\n<{DSML}parameter name="zone" string="true">CET'
+    f"</{DSML}parameter>\n</{DSML}invoke>\n</{DSML}function_calls>",
     # After the prompt's ">>>": the user's text, then each function's arguments.
     "functionary_v3_2": 'all\nChecking.>>>get_weather\n{"city": "Paris"}\n>>>get_time\n'
     '{"zone": "CET"}',
@@ -103,6 +111,10 @@ def test_kimi_k2_grammar_names_its_markers() -> None:
 # shows up here.
 EXPECTED = {
     "GLM-4.6": "glm",
+    "MiniMax-M2": "minimax_m2",
+    "deepseek-ai-DeepSeek-V3.2": "deepseek_v32",
+    "deepseek-ai-DeepSeek-V4": "deepseek_v4",
+    "deepseek-ai-DeepSeek-V4-Flash-0731": "deepseek_v4",
     "meetkai-functionary-medium-v3.2": "functionary_v3_2",
     "GLM-4.7-Flash": "glm",
     "Spark2.5": "glm",
@@ -183,3 +195,16 @@ def test_functionary_v3_1_json_bodies(step: int) -> None:
     names = [d.name for d in deltas if isinstance(d, ToolStart)]
     arguments = [json.loads(d.fragment) for d in deltas if isinstance(d, ToolArguments)]
     assert (content, list(zip(names, arguments, strict=True))) == ("Checking.", TWO)
+
+
+def test_dsml_values_say_their_type() -> None:
+    body = (
+        f'<{DSML}parameter name="days" string="false">3</{DSML}parameter>'
+        f'<{DSML}parameter name="code" string="true">007</{DSML}parameter>'
+    )
+    call = f'<{DSML}invoke name="f">{body}</{DSML}invoke>'
+    text = f"<{DSML}function_calls>{call}</{DSML}function_calls>"
+    answer = parse_answer(text, None, ToolPlan([], "deepseek_v32", None))
+    assert [json.loads(c["function"]["arguments"]) for c in answer.tool_calls] == [
+        {"days": 3, "code": "007"}
+    ]

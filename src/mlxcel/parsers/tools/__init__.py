@@ -11,6 +11,7 @@ from mlxcel.parsers.tools import (
     glm,
     harmony,
     hermes,
+    invoke_xml,
     kimi_k2,
     qwen3_coder,
 )
@@ -70,6 +71,9 @@ PARSERS: dict[str, ParserFactory] = {
     "kimi_k2": _untyped(kimi_k2.KimiK2Parser),
     "glm": glm.GlmParser,
     "functionary_v3_2": _untyped(functionary.FunctionaryV32Parser),
+    "minimax_m2": invoke_xml.minimax_m2,
+    "deepseek_v32": invoke_xml.deepseek_v32,
+    "deepseek_v4": invoke_xml.deepseek_v4,
     "granite": _untyped(granite),
     "firefunction": _untyped(firefunction),
 }
@@ -92,6 +96,13 @@ CALL_GRAMMARS: dict[str, CallGrammar] = {
     "kimi_k2": kimi_k2.forced_grammar,
     "glm": gbnf(glm.forced_grammar, glm.MARKERS),
     "functionary_v3_2": functionary.forced_grammar,
+    "minimax_m2": gbnf(invoke_xml.forced_grammar(invoke_xml.MINIMAX), invoke_xml.MINIMAX.markers),
+    "deepseek_v32": gbnf(
+        invoke_xml.forced_grammar(invoke_xml.DEEPSEEK_V32), invoke_xml.DEEPSEEK_V32.markers
+    ),
+    "deepseek_v4": gbnf(
+        invoke_xml.forced_grammar(invoke_xml.DEEPSEEK_V4), invoke_xml.DEEPSEEK_V4.markers
+    ),
     "granite": json_call_grammar("arguments", f"{GRANITE}[", ", ", "]", (GRANITE,)),
     "firefunction": json_call_grammar("arguments", f" {FIREFUNCTION}[", ", ", "]"),
 }
@@ -122,6 +133,14 @@ CALL_EXAMPLES: dict[str, str] = {
     ),
     "glm": "<tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n</tool_call>",
     "functionary_v3_2": ">>>NAME\n{...}",
+    "minimax_m2": '<minimax:tool_call>\n<invoke name="NAME"><parameter name="KEY">VALUE</parameter>'
+    "</invoke>\n</minimax:tool_call>",
+    "deepseek_v32": f'{invoke_xml.DEEPSEEK_V32.begin}\n<{invoke_xml.DSML}invoke name="NAME">'
+    f'<{invoke_xml.DSML}parameter name="KEY" string="true">VALUE</{invoke_xml.DSML}parameter>'
+    f"</{invoke_xml.DSML}invoke>\n{invoke_xml.DEEPSEEK_V32.end}",
+    "deepseek_v4": f'{invoke_xml.DEEPSEEK_V4.begin}\n<{invoke_xml.DSML}invoke name="NAME">'
+    f'<{invoke_xml.DSML}parameter name="KEY" string="true">VALUE</{invoke_xml.DSML}parameter>'
+    f"</{invoke_xml.DSML}invoke>\n{invoke_xml.DEEPSEEK_V4.end}",
     "granite": f'{GRANITE}[{{"name": NAME, "arguments": {{...}}}}]',
     "firefunction": f'{FIREFUNCTION}[{{"name": NAME, "arguments": {{...}}}}]',
 }
@@ -134,6 +153,9 @@ _TEMPLATE_MARKERS = (
     ("tool_calls_section_begin", "kimi_k2"),
     ("<arg_key>", "glm"),
     (">>>all", "functionary_v3_2"),
+    ("<minimax:tool_call>", "minimax_m2"),
+    ("'tool_calls>", "deepseek_v4"),
+    ("DSML", "deepseek_v32"),
     ("<|tool_call|>", "granite"),
     (FIREFUNCTION, "firefunction"),
     ("<function=", "qwen3_coder"),
