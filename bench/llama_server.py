@@ -65,11 +65,8 @@ def tool(name: str) -> str:
     return found
 
 
-def unpack_sdist(cache: Path, project: str, pinned: str, inside: str) -> Path:
-    """`inside` the unpacked sdist of `project` (a PyPI name), fetched when not cached."""
-    sources = cache / f"{project.replace('-', '_')}-{pinned}" / inside
-    if sources.exists():
-        return sources
+def sdist_archive(cache: Path, project: str, pinned: str) -> Path:
+    """The sdist of `project` (a PyPI name) in `cache`, fetched when not cached."""
     archive = cache / f"{project.replace('-', '_')}-{pinned}.tar.gz"
     if not archive.is_file():
         subprocess.run(
@@ -88,6 +85,15 @@ def unpack_sdist(cache: Path, project: str, pinned: str, inside: str) -> Path:
             ],
             check=True,
         )
+    return archive
+
+
+def unpack_sdist(cache: Path, project: str, pinned: str, inside: str) -> Path:
+    """`inside` the unpacked sdist of `project` (a PyPI name), fetched when not cached."""
+    sources = cache / f"{project.replace('-', '_')}-{pinned}" / inside
+    if sources.exists():
+        return sources
+    archive = sdist_archive(cache, project, pinned)
     with tarfile.open(archive) as tar:
         tar.extractall(cache, filter="data")
     if not sources.exists():

@@ -206,3 +206,31 @@ def test_bad_constraints_are_400(
         assert error["param"] == param
     with server.http() as http:
         assert http.get("/health").status_code == 200
+
+
+def test_masked_alternatives_have_finite_logprobs(server: ServerProcess) -> None:
+    """A grammar-masked alternative's logprob is -inf, which JSON cannot carry (it was a 500):
+    OpenAI's -9999.0, on every route that returns logprobs."""
+    schema = SCHEMAS[0]
+    chat = {
+        "messages": CAT,
+        "max_tokens": 8,
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 20,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
+    }
+    with server.http() as http:
+        answer = http.post("/v1/chat/completions", json=chat)
+        streamed = http.post("/v1/chat/completions", json={**chat, "stream": True})
+        text = http.post(
+            "/v1/completions",
+            json={"prompt": "A cat:", "max_tokens": 8, "logprobs": 20, "json_schema": schema},
+        )
+    assert answer.status_code == streamed.status_code == text.status_code == 200, answer.text
+    tokens = answer.json()["choices"][0]["logprobs"]["content"]
+    values = [top["logprob"] for t in tokens for top in t["top_logprobs"]]
+    assert min(values) == -9999.0  # the schema masks most of the 20 at '{'
+    assert "-Infinity" not in streamed.text and "NaN" not in streamed.text
+    alternatives = text.json()["choices"][0]["logprobs"]["top_logprobs"]
+    assert min(lp for top in alternatives for lp in top.values()) >= -9999.0

@@ -10,7 +10,7 @@ import jsonschema
 import openai
 import pytest
 
-from mlxcel.parsers.tools import PARSERS, Text, ToolArguments, ToolStart
+from mlxcel.parsers.tools import PARSERS, Text, ToolArguments, ToolEnd, ToolStart
 from tests.conftest import start
 from tests.server_process import ServerProcess
 
@@ -49,8 +49,13 @@ def _parse(text: str, step: int) -> tuple[str, dict[int, str], dict[int, str]]:
     for i in range(0, len(text), step):
         deltas += parser.feed(text[i : i + step])
     deltas += parser.finish()
-    content = "".join(d.text for d in deltas if isinstance(d, Text))
     names = {d.index: d.name for d in deltas if isinstance(d, ToolStart)}
+    # A ToolEnd without a start is the markup of a call the text ended in: content here.
+    content = "".join(
+        d.text if isinstance(d, Text) else d.markup
+        for d in deltas
+        if isinstance(d, Text) or (isinstance(d, ToolEnd) and d.index not in names)
+    )
     args: dict[int, str] = {}
     for d in deltas:
         if isinstance(d, ToolArguments):
@@ -344,7 +349,20 @@ def test_json_formats_keep_plain_and_broken_answers_as_content(name: str) -> Non
         assert "".join(d.text for d in deltas if isinstance(d, Text)).endswith(text)
 
 
-@pytest.fixture(scope="module", params=["mistral", "llama3_json"])
+@pytest.fixture(
+    scope="module",
+    params=[
+        "mistral",
+        "llama3_json",
+        "kimi_k2",
+        "glm",
+        "functionary_v3_2",
+        "minimax_m2",
+        "deepseek_v32",
+        "granite",
+        "firefunction",
+    ],
+)
 def parser_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
@@ -361,7 +379,7 @@ def test_forced_calls_in_each_format(parser_server: ServerProcess) -> None:
         messages=ASK,
         tools=[WEATHER],
         tool_choice="required",  # type: ignore[list-item]
-        max_tokens=80,
+        max_tokens=300,  # DSML's fullwidth markup is many tokens to a small vocabulary
         temperature=0,
     )
     choice = response.choices[0]

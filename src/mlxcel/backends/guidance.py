@@ -7,21 +7,42 @@ MLX also for GBNF grammars, which llama.cpp enforces with its own grammar sample
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import llguidance
 import llguidance.numpy
 import numpy as np
+from llguidance.gbnf_to_lark import any_to_lark as gbnf_to_lark
 
+from mlxcel.engine.markers import marked_literals, with_markers
 from mlxcel.engine.types import EngineError, SamplingParams
 
 logger = logging.getLogger(__name__)
 
 
-def _grammar(params: SamplingParams) -> str:
-    """llguidance's grammar for the request's GBNF grammar, else its JSON schema."""
+def _special_token(tokenizer: llguidance.LLTokenizer) -> Callable[[str], int | None]:
+    """The one special token a text is in `tokenizer`'s vocabulary, if it is one."""
+
+    def token(text: str) -> int | None:
+        tokens = tokenizer.tokenize_str(text, parse_special=True)
+        if len(tokens) == 1 and tokenizer.is_special_token(tokens[0]):
+            return tokens[0]
+        return None
+
+    return token
+
+
+def _grammar(params: SamplingParams, tokenizer: llguidance.LLTokenizer) -> str:
+    """llguidance's grammar for the request's GBNF or lark grammar, else its JSON schema."""
     if params.grammar is not None:
+        text, syntax = params.grammar, params.grammar_syntax
+        markers = params.grammar_markers
         try:
-            return llguidance.grammar_from(params.grammar_syntax, params.grammar)
+            if markers and syntax == "gbnf":
+                text, syntax = marked_literals(gbnf_to_lark(text), markers), "lark"
+            if markers:
+                text = with_markers(text, markers, _special_token(tokenizer))
+            return llguidance.grammar_from(syntax, text)
         except ValueError as exc:
             raise EngineError(f"the grammar does not parse: {exc}", "invalid_grammar") from exc
     try:
@@ -73,7 +94,7 @@ def constraint(
     params: SamplingParams, tokenizer: llguidance.LLTokenizer, n_vocab: int
 ) -> Constraint:
     """The request's grammar or schema, ready at its start; an invalid one is `invalid_grammar`."""
-    matcher = llguidance.LLMatcher(tokenizer, _grammar(params), log_level=0)
+    matcher = llguidance.LLMatcher(tokenizer, _grammar(params, tokenizer), log_level=0)
     if matcher.is_error():
         field = "grammar" if params.grammar is not None else "JSON schema"
         raise EngineError(

@@ -29,6 +29,7 @@ from mlxcel.engine.types import (
     TextGenerator,
     TokenEvent,
     TokenLogprob,
+    possible,
 )
 
 logger = logging.getLogger(__name__)
@@ -353,8 +354,10 @@ class Scheduler:
         piece = generator.token_bytes(token, special=special)
         running.newline = running.newline or b"\n" in piece
         if sample.logprob is not None:
-            top = tuple((t, generator.token_bytes(t, special=special), lp) for t, lp in sample.top)
-            running.logprobs.append(TokenLogprob(token, piece, sample.logprob, top))
+            top = tuple(
+                (t, generator.token_bytes(t, special=special), possible(lp)) for t, lp in sample.top
+            )
+            running.logprobs.append(TokenLogprob(token, piece, possible(sample.logprob), top))
         text, stopped = running.stops.push(running.text.push(piece))
         if stopped:
             self._finish(running, text, "stop", stop_reason="word")

@@ -74,6 +74,9 @@ class SamplingParams:
     """Output must match this grammar (llama-server's `grammar`)."""
     grammar_syntax: GrammarSyntax = "gbnf"
     """`gbnf`, or `lark`: llguidance's, whose `%json {...}` rules hold a whole JSON schema."""
+    grammar_markers: tuple[str, ...] = ()
+    """A lark grammar's markers, which it names as rules `marker_0` ... (engine/markers.py):
+    defined by the engine as the special tokens they are in its vocabulary, else as text."""
     render_special: bool = False
     """Control tokens appear in the text (for parsers whose markers are control tokens)."""
     samplers: tuple[SamplerStage, ...] = DEFAULT_SAMPLERS
@@ -266,6 +269,16 @@ class EngineError(Exception):
     def __reduce__(self) -> tuple[type[EngineError], tuple[str, str, str | None]]:
         # Keeps the code and field when the error crosses from a model's worker process.
         return type(self), (str(self), self.code, self.param)
+
+
+# The log-probability OpenAI reports for a token that cannot come (one a grammar masks): a
+# number where the engines have -inf, which JSON cannot carry.
+IMPOSSIBLE_LOGPROB = -9999.0
+
+
+def possible(logprob: float) -> float:
+    """`logprob`, or IMPOSSIBLE_LOGPROB where it is lower (-inf, a masked token's) or NaN."""
+    return logprob if logprob >= IMPOSSIBLE_LOGPROB else IMPOSSIBLE_LOGPROB
 
 
 @dataclass(frozen=True)

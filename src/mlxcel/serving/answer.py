@@ -34,7 +34,11 @@ class AnswerStream:
         channels = _channels(reasoning, tools)
         self._think = REASONING[reasoning]() if reasoning and not channels else None
         parser = CHANNELS if channels else (tools.parser if tools else None)
-        self._calls = ToolStream(parser, tools.tools if tools else None) if parser else None
+        self._calls = None
+        if parser:
+            self._calls = ToolStream(
+                parser, tools.tools if tools else None, tools.parallel if tools else True
+            )
 
     @property
     def calls(self) -> int:

@@ -6,12 +6,11 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mlxcel.engine.types import TokenEvent
+from mlxcel.engine.types import ChatTemplate, TokenEvent
 from mlxcel.media.audio import SentMedia
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.parsers.reasoning import reasoning_parser_name
 from mlxcel.protocol.chat import ChatCompletionRequest
-from mlxcel.protocol.errors import invalid_request
 from mlxcel.serving.answer import AnswerStream, parse_answer, renders_special_tokens
 from mlxcel.serving.chat_template import render_chat
 from mlxcel.serving.logprobs import chat_logprobs
@@ -28,7 +27,7 @@ from mlxcel.serving.text import (
     system_fingerprint,
 )
 from mlxcel.serving.timings import answer_timings, progress_chunk, with_timings
-from mlxcel.serving.tools import DEFAULT_PARSER, ToolPlan, plan_tools, template_messages
+from mlxcel.serving.tools import DEFAULT_PARSER, ToolPlan, plan_tools, template_messages, with_tools
 from mlxcel.serving.usage import total_usage, usage_chunk
 from mlxcel.serving.vision import laid_out, prompt_tokens
 
@@ -46,11 +45,12 @@ class ChatJob:
     timings_per_token: bool = False
 
 
-def _plan(model: LoadedModel, request: ChatCompletionRequest, tool_parser: str) -> ToolPlan | None:
+def _plan(
+    template: ChatTemplate | None, request: ChatCompletionRequest, tool_parser: str
+) -> ToolPlan | None:
     tools = [t.model_dump(exclude_none=True) for t in request.tool_defs()]
     # Legacy function calling answers with one call.
     parallel = request.parallel_tool_calls is not False and not request.legacy_functions
-    template = model.chat_template
     return plan_tools(
         tools,
         request.tool_choice_value(),
@@ -72,10 +72,17 @@ def chat_prompt(
 
 def chat_text(model: LoadedModel, request: ChatCompletionRequest, tool_parser: str) -> str:
     """The prompt text for a chat request, rendered by the model's own template."""
-    plan = _plan(model, request, tool_parser)
+    return templated_chat(model.chat_template, request, tool_parser)
+
+
+def templated_chat(
+    template: ChatTemplate | None, request: ChatCompletionRequest, tool_parser: str
+) -> str:
+    """The prompt text for a chat request through `template` (ChatML without one)."""
+    plan = _plan(template, request, tool_parser)
     tools = plan.tools if plan else []
     messages = template_messages(
-        model.chat_template,
+        template,
         [m.template_dict() for m in request.messages],
         tools,
         plan.parser if plan else DEFAULT_PARSER,
@@ -86,7 +93,7 @@ def chat_text(model: LoadedModel, request: ChatCompletionRequest, tool_parser: s
         **({"tools": tools} if tools else {}),
     }
     text = render_chat(
-        model.chat_template,
+        template,
         messages,
         add_generation_prompt=request.add_generation_prompt,
         extra=extra,
@@ -107,7 +114,7 @@ def prepare_chat(
     media: Sequence[SentMedia] = (),
 ) -> ChatJob:
     """One generation per requested choice, sampling resolved; a forced tool call constrained."""
-    plan = _plan(model, request, tool_parser)
+    plan = _plan(model.chat_template, request, tool_parser)
     text = chat_text(model, request, tool_parser)
     template = model.chat_template.source if model.chat_template else ""
     reasoning = reasoning_parser_name(reasoning_parser, text, template)
@@ -121,26 +128,9 @@ def prepare_chat(
         n_predict,
         "messages",
     )
-    first = generations[0].params
-    grammar, syntax = first.grammar, first.grammar_syntax
-    constraint = generations[0].constraint_param
-    if plan is not None and plan.grammar is not None:
-        if first.grammar or first.json_schema:
-            raise invalid_request(
-                "a forced tool call cannot be combined with response_format, json_schema or "
-                "grammar",
-                "tool_choice",
-            )
-        grammar, syntax, constraint = plan.grammar.text, plan.grammar.syntax, "tools"
     special = renders_special_tokens(reasoning, plan)
     generations = [
-        replace(
-            g,
-            params=replace(
-                g.params, grammar=grammar, grammar_syntax=syntax, render_special=special
-            ),
-            constraint_param=constraint,
-        )
+        with_tools(replace(g, params=replace(g.params, render_special=special)), plan, "messages")
         for g in generations
     ]
     return ChatJob(

@@ -11,7 +11,6 @@ from typing import Any
 from mlxcel.media.audio import SentMedia
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.parsers.reasoning import reasoning_parser_name
-from mlxcel.protocol.errors import invalid_request
 from mlxcel.protocol.responses import ResponsesRequest
 from mlxcel.serving.answer import renders_special_tokens
 from mlxcel.serving.reasoning import reasoning_tokens
@@ -27,7 +26,7 @@ from mlxcel.serving.responses_input import (
 from mlxcel.serving.responses_output import Emit, OutputItems
 from mlxcel.serving.responses_tools import assistant_turn
 from mlxcel.serving.text import Generation, collect, prepare
-from mlxcel.serving.tools import ToolPlan, plan_tools
+from mlxcel.serving.tools import ToolPlan, plan_tools, with_tools
 from mlxcel.serving.vision import laid_out
 
 
@@ -93,17 +92,9 @@ def prepare_response(
         n_predict,
         "input",
     )
-    params = generation.params
-    if plan is not None and plan.grammar is not None:
-        if params.grammar or params.json_schema:
-            raise invalid_request(
-                "a forced tool call cannot be combined with text.format, json_schema or grammar",
-                "tool_choice",
-            )
-        params = replace(params, grammar=plan.grammar.text, grammar_syntax=plan.grammar.syntax)
-        generation = replace(generation, constraint_param="tools")
     special = renders_special_tokens(reasoning, plan)
-    generation = replace(generation, params=replace(params, render_special=special))
+    generation = replace(generation, params=replace(generation.params, render_special=special))
+    generation = with_tools(generation, plan, "text.format")
     return ResponseRun(
         generation, request, messages, response_id("msg"), plan, reasoning, image_urls
     )

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import llguidance
 
+from mlxcel.engine.markers import as_text, with_markers
 from mlxcel.engine.types import ChatTemplate
 from mlxcel.parsers.tools import (
+    CALL_ENDS,
     CALL_EXAMPLES,
     CALL_GRAMMARS,
     DEFAULT_PARSER,
@@ -25,6 +27,7 @@ from mlxcel.parsers.tools import (
 from mlxcel.protocol.errors import invalid_request
 from mlxcel.serving.chat_template import CHATML
 from mlxcel.serving.structured import checked_schema
+from mlxcel.serving.text import Generation
 
 
 def _tools_preamble(parser: str) -> str:
@@ -41,6 +44,8 @@ class ToolPlan:
     tools: list[dict[str, Any]]
     parser: str
     grammar: ForcedGrammar | None
+    parallel: bool = True
+    """False: one call at most (`parallel_tool_calls: false`), and the answer ends with it."""
 
 
 def tool_calls_as_text(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -85,10 +90,31 @@ def forced_call_grammar(tools: list[dict[str, Any]], parallel: bool, parser: str
     except Exception as exc:  # the converter raises plain errors on schema features it lacks
         raise invalid_request(f"cannot constrain to these tool parameters: {exc}", "tools") from exc
     if grammar.syntax == "lark":
-        error = llguidance.LLMatcher.validate_grammar(llguidance.grammar_from("lark", grammar.text))
+        text = with_markers(grammar.text, grammar.markers, as_text)
+        error = llguidance.LLMatcher.validate_grammar(llguidance.grammar_from("lark", text))
         if error:
             raise invalid_request(f"cannot constrain to these tool parameters: {error}", "tools")
     return grammar
+
+
+def with_tools(generation: Generation, plan: ToolPlan | None, format_field: str) -> Generation:
+    """`generation` under the plan's forcing grammar, if it has one (a request that also
+    constrains its output, `format_field`, a schema or a grammar, is a 400); without one and
+    without parallel calls, stopping at the end of the first call where the format marks it."""
+    if plan is None:
+        return generation
+    params = generation.params
+    if plan.grammar is None:
+        end = CALL_ENDS.get(plan.parser)
+        if plan.parallel or end is None:
+            return generation
+        return replace(generation, params=replace(params, stop=(*params.stop, end)))
+    if params.grammar or params.json_schema:
+        raise invalid_request(
+            f"a forced tool call cannot be combined with {format_field}, json_schema or grammar",
+            "tool_choice",
+        )
+    return replace(generation, params=plan.grammar.applied(params), constraint_param="tools")
 
 
 def plan_tools(
@@ -116,24 +142,27 @@ def plan_tools(
             raise invalid_request(
                 f"tool_choice names '{name}', which is not in tools", "tool_choice"
             )
-        return ToolPlan(tools, parser, forced_call_grammar(chosen, False, parser))
+        return ToolPlan(tools, parser, forced_call_grammar(chosen, False, parser), False)
     if choice == "required":
-        return ToolPlan(tools, parser, forced_call_grammar(tools, parallel, parser))
-    return ToolPlan(tools, parser, None)
+        return ToolPlan(tools, parser, forced_call_grammar(tools, parallel, parser), parallel)
+    return ToolPlan(tools, parser, None, parallel)
 
 
 class ToolStream:
     """One choice's output split into content and OpenAI tool-call deltas as it streams.
 
     `tools` are the request's: a format whose values are raw text types them by their schema.
+    Without `parallel`, calls after the first are dropped.
     Each call goes out once it has ended (see WholeCalls), so none is sent broken.
     Whitespace around a call (the newline between two) is not content: trailing whitespace is
     held until more text or the end follows, and dropped when a call does, as is whitespace
     that opens the text after a call.
     """
 
-    def __init__(self, parser: str, tools: list[dict[str, Any]] | None = None) -> None:
-        self._parser = WholeCalls(PARSERS[parser](tools))
+    def __init__(
+        self, parser: str, tools: list[dict[str, Any]] | None = None, parallel: bool = True
+    ) -> None:
+        self._parser = WholeCalls(PARSERS[parser](tools), None if parallel else 1)
         self._space = ""
         self._after_call = False
 

@@ -5,7 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from mlxcel.parsers.tools import deepseek_v3, harmony, qwen3_coder
+from mlxcel.parsers.tools import (
+    deepseek_v3,
+    functionary,
+    glm,
+    harmony,
+    hermes,
+    invoke_xml,
+    kimi_k2,
+    qwen3_coder,
+)
 from mlxcel.parsers.tools.base import (
     Delta,
     Reasoning,
@@ -23,7 +32,15 @@ from mlxcel.parsers.tools.grammar import (
     json_call_grammar,
 )
 from mlxcel.parsers.tools.hermes import HermesParser
-from mlxcel.parsers.tools.json_calls import bare_json, llama3_json, mistral
+from mlxcel.parsers.tools.json_calls import (
+    FIREFUNCTION,
+    GRANITE,
+    bare_json,
+    firefunction,
+    granite,
+    llama3_json,
+    mistral,
+)
 from mlxcel.parsers.tools.whole import WholeCalls
 
 
@@ -43,7 +60,7 @@ def _untyped(factory: Callable[[], ToolCallParser]) -> ParserFactory:
 
 
 PARSERS: dict[str, ParserFactory] = {
-    "hermes": _untyped(HermesParser),
+    "hermes": HermesParser,
     "llama3_json": _untyped(llama3_json),
     "mistral": _untyped(mistral),
     "json": _untyped(bare_json),
@@ -51,20 +68,48 @@ PARSERS: dict[str, ParserFactory] = {
     "deepseek_v3": _untyped(deepseek_v3.DeepSeekV3Parser),
     # gpt-oss channels: reads reasoning (analysis) and content (final) as well as calls.
     "harmony": _untyped(harmony.HarmonyParser),
+    "kimi_k2": _untyped(kimi_k2.KimiK2Parser),
+    "glm": glm.GlmParser,
+    "functionary_v3_2": _untyped(functionary.FunctionaryV32Parser),
+    "minimax_m2": invoke_xml.minimax_m2,
+    "deepseek_v32": invoke_xml.deepseek_v32,
+    "deepseek_v4": invoke_xml.deepseek_v4,
+    "granite": _untyped(granite),
+    "firefunction": _untyped(firefunction),
 }
 
 # The grammar that forces calls written as each format's parser reads them.
 CALL_GRAMMARS: dict[str, CallGrammar] = {
     "hermes": json_call_grammar(
-        "arguments", "<tool_call>\n", "\n</tool_call>\n<tool_call>\n", "\n</tool_call>"
+        "arguments",
+        "<tool_call>\n",
+        "\n</tool_call>\n<tool_call>\n",
+        "\n</tool_call>",
+        markers=(hermes.OPEN, hermes.CLOSE),
     ),
     "llama3_json": json_call_grammar("parameters", "", None, ""),
-    "mistral": json_call_grammar("arguments", "[", ", ", "]"),
+    "mistral": json_call_grammar("arguments", "[TOOL_CALLS][", ", ", "]", ("[TOOL_CALLS]",)),
     "json": json_call_grammar("arguments", "", None, ""),
-    "qwen3_coder": gbnf(qwen3_coder.forced_grammar),
-    "deepseek_v3": gbnf(deepseek_v3.forced_grammar),
-    "harmony": gbnf(harmony.forced_grammar),
+    "qwen3_coder": gbnf(qwen3_coder.forced_grammar, (qwen3_coder.OPEN, qwen3_coder.CLOSE)),
+    "deepseek_v3": gbnf(deepseek_v3.forced_grammar, deepseek_v3.MARKERS),
+    "harmony": gbnf(harmony.forced_grammar, harmony.MARKERS),
+    "kimi_k2": kimi_k2.forced_grammar,
+    "glm": gbnf(glm.forced_grammar, glm.MARKERS),
+    "functionary_v3_2": functionary.forced_grammar,
+    "minimax_m2": gbnf(invoke_xml.forced_grammar(invoke_xml.MINIMAX), invoke_xml.MINIMAX.markers),
+    "deepseek_v32": gbnf(
+        invoke_xml.forced_grammar(invoke_xml.DEEPSEEK_V32), invoke_xml.DEEPSEEK_V32.markers
+    ),
+    "deepseek_v4": gbnf(
+        invoke_xml.forced_grammar(invoke_xml.DEEPSEEK_V4), invoke_xml.DEEPSEEK_V4.markers
+    ),
+    "granite": json_call_grammar("arguments", f"{GRANITE}[", ", ", "]", (GRANITE,)),
+    "firefunction": json_call_grammar("arguments", f" {FIREFUNCTION}[", ", ", "]"),
 }
+
+# The text that ends one call, where a format has one: the stop that ends an answer after its
+# first call (`parallel_tool_calls: false`) when no grammar holds it to one.
+CALL_ENDS: dict[str, str] = {"hermes": hermes.CLOSE}
 
 # How each format writes one call, for models whose template cannot show tools: the system
 # message that lists the tools shows this shape, so the model writes what the parser reads.
@@ -82,18 +127,44 @@ CALL_EXAMPLES: dict[str, str] = {
         f"\n```json\n{{...}}\n```{deepseek_v3.CALL_END}{deepseek_v3.CALLS_END}"
     ),
     "harmony": "<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}",
+    "kimi_k2": (
+        f"{kimi_k2.SECTION_BEGIN}{kimi_k2.CALL_BEGIN}functions.NAME:0{kimi_k2.ARGUMENTS_BEGIN}"
+        f"{{...}}{kimi_k2.CALL_END}{kimi_k2.SECTION_END}"
+    ),
+    "glm": "<tool_call>NAME\n<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n</tool_call>",
+    "functionary_v3_2": ">>>NAME\n{...}",
+    "minimax_m2": '<minimax:tool_call>\n<invoke name="NAME"><parameter name="KEY">VALUE</parameter>'
+    "</invoke>\n</minimax:tool_call>",
+    "deepseek_v32": f'{invoke_xml.DEEPSEEK_V32.begin}\n<{invoke_xml.DSML}invoke name="NAME">'
+    f'<{invoke_xml.DSML}parameter name="KEY" string="true">VALUE</{invoke_xml.DSML}parameter>'
+    f"</{invoke_xml.DSML}invoke>\n{invoke_xml.DEEPSEEK_V32.end}",
+    "deepseek_v4": f'{invoke_xml.DEEPSEEK_V4.begin}\n<{invoke_xml.DSML}invoke name="NAME">'
+    f'<{invoke_xml.DSML}parameter name="KEY" string="true">VALUE</{invoke_xml.DSML}parameter>'
+    f"</{invoke_xml.DSML}invoke>\n{invoke_xml.DEEPSEEK_V4.end}",
+    "granite": f'{GRANITE}[{{"name": NAME, "arguments": {{...}}}}]',
+    "firefunction": f'{FIREFUNCTION}[{{"name": NAME, "arguments": {{...}}}}]',
 }
 
 # Markup a chat template writes for tool calls, and the parser that reads it (first match).
-# Qwen3-Coder's template also writes <tool_call>, so its <function= comes before hermes.
+# Qwen3-Coder's template also writes <tool_call>, so its <function= comes before hermes; Llama
+# 3.2's shows no <|python_tag|>, only its ipython role, which Hermes-3 on Llama 3.1 has too.
 _TEMPLATE_MARKERS = (
     ("<|channel|>", "harmony"),
+    ("tool_calls_section_begin", "kimi_k2"),
+    ("<arg_key>", "glm"),
+    (">>>all", "functionary_v3_2"),
+    ("<minimax:tool_call>", "minimax_m2"),
+    ("'tool_calls>", "deepseek_v4"),
+    ("DSML", "deepseek_v32"),
+    ("<|tool_call|>", "granite"),
+    (FIREFUNCTION, "firefunction"),
     ("<function=", "qwen3_coder"),
     ("<parameter=", "qwen3_coder"),
     ("tool▁calls▁begin", "deepseek_v3"),
     ("<tool_call>", "hermes"),
     ("[TOOL_CALLS]", "mistral"),
     ("<|python_tag|>", "llama3_json"),
+    ("ipython", "llama3_json"),
 )
 # For templates that show no call markup: the format the forcing grammar writes best.
 DEFAULT_PARSER = "hermes"
@@ -108,6 +179,7 @@ def detect_parser(template_source: str | None) -> str:
 
 
 __all__ = [
+    "CALL_ENDS",
     "CALL_EXAMPLES",
     "CALL_GRAMMARS",
     "DEFAULT_PARSER",

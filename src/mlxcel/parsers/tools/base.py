@@ -33,7 +33,8 @@ class ToolArguments:
 @dataclass(frozen=True)
 class ToolEnd:
     """A started tool call is over: `closed` when its closing markup came, not when the text
-    ended (or went on) inside it. `markup` is all its text, the content it is if not used."""
+    ended (or went on) inside it. `markup` is all its text, the content it is if not used.
+    One may come without a ToolStart: a call's opening markup that the text ended in."""
 
     index: int
     markup: str

@@ -17,9 +17,9 @@ import re
 import uuid
 
 from mlxcel.parsers.markup import held_prefix
-from mlxcel.parsers.tools.base import Delta, Text, ToolArguments, ToolEnd, ToolStart
+from mlxcel.parsers.tools.base import Delta, ToolStart
 from mlxcel.parsers.tools.grammar import Tools, calls_rule, json_rules, literal, parameters
-from mlxcel.parsers.tools.tagged import TaggedCallsParser
+from mlxcel.parsers.tools.sectioned import SectionedCallsParser
 
 
 def _markup(words: str) -> str:
@@ -30,65 +30,19 @@ def _markup(words: str) -> str:
 CALLS_BEGIN, CALLS_END = _markup("tool calls begin"), _markup("tool calls end")
 CALL_BEGIN, CALL_END = _markup("tool call begin"), _markup("tool call end")
 SEP = _markup("tool sep")
+MARKERS = (CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END, SEP)
 # The part before SEP (V3's type or V3.1's name), and V3's name after it.
 _NAME = re.compile(r"[^\s<>{}`\"]*")
 # Held at the end of the arguments: they may be the closing code fence.
 _FENCE_TAIL = " \t\r\n`"
-_OUTSIDE, _BLOCK, _HEAD, _ARGUMENTS = range(4)
 
 
-class DeepSeekV3Parser(TaggedCallsParser):
+class DeepSeekV3Parser(SectionedCallsParser):
     """Content outside the calls block; inside, each call's name, then its arguments."""
 
     OPENINGS = (CALLS_BEGIN, CALL_BEGIN)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._in_block = False  # the calls began with CALLS_BEGIN
-        self._start: int | None = None  # where the arguments begin, past any code fence
-        self._sent = 0
-        self._markup = ""  # the started call's text up to its arguments
-
-    def finish(self) -> list[Delta]:
-        if self._state == _ARGUMENTS:
-            # Unfinished: the arguments get the rest as written, fence and all.
-            rest = self._buffer[self._start or 0 :][self._sent :]
-            end = ToolEnd(self._calls - 1, self._markup + self._buffer, closed=False)
-            deltas: list[Delta] = [ToolArguments(self._calls - 1, rest), end] if rest else [end]
-        elif self._state == _BLOCK and not self._raw and CALLS_END.startswith(self._buffer.strip()):
-            deltas = []  # after a call, (the start of) the block's end
-        else:
-            rest = self._raw + self._buffer
-            deltas = [Text(rest)] if rest else []
-        self._buffer, self._raw, self._state = "", "", _OUTSIDE
-        return deltas
-
-    def _step(self, deltas: list[Delta]) -> bool:
-        return (self._outside, self._block, self._head, self._arguments)[self._state](deltas)
-
-    def _outside(self, deltas: list[Delta]) -> bool:
-        marker = self._opening(deltas)
-        if marker is None:
-            return False
-        self._in_block = marker == CALLS_BEGIN
-        self._state = _BLOCK if self._in_block else _HEAD
-        return True
-
-    def _block(self, deltas: list[Delta]) -> bool:
-        head = self._buffer.lstrip()
-        read = len(self._buffer) - len(head)
-        if head.startswith(CALL_BEGIN):
-            self._raw += self._buffer[: read + len(CALL_BEGIN)]
-            self._buffer, self._state = head[len(CALL_BEGIN) :], _HEAD
-            return True
-        if head.startswith(CALLS_END):
-            if self._raw:  # a block without calls is content
-                self._raw += self._buffer[: read + len(CALLS_END)]
-            self._buffer = head[len(CALLS_END) :]
-            return self._not_a_call(deltas)
-        if CALL_BEGIN.startswith(head) or CALLS_END.startswith(head):
-            return False
-        return self._not_a_call(deltas)
+    SECTION_BEGIN, SECTION_END, CALL_BEGIN, CALL_END = CALLS_BEGIN, CALLS_END, CALL_BEGIN, CALL_END
+    TRAILING = _FENCE_TAIL
 
     def _head(self, deltas: list[Delta]) -> bool:
         sep = self._buffer.find(SEP)
@@ -114,42 +68,18 @@ class DeepSeekV3Parser(TaggedCallsParser):
             return self._not_a_call(deltas)
         self._calls += 1
         deltas.append(ToolStart(self._calls - 1, f"call_{uuid.uuid4().hex[:24]}", name))
-        self._markup = self._raw + self._buffer[: len(self._buffer) - len(rest)]
-        self._buffer, self._raw, self._start, self._sent = rest, "", None, 0
-        self._state = _ARGUMENTS
+        self._start_arguments(rest)
         return True
 
-    def _arguments(self, deltas: list[Delta]) -> bool:
-        end = self._buffer.find(CALL_END)
-        body = self._buffer if end < 0 else self._buffer[:end]
-        if end < 0:
-            body = body[: len(body) - held_prefix(body, CALL_END)]
-        if self._start is None:
-            self._start = _arguments_start(body, end >= 0)
-        if self._start is not None:
-            arguments = body[self._start :].rstrip(_FENCE_TAIL)
-            if len(arguments) > self._sent:
-                deltas.append(ToolArguments(self._calls - 1, arguments[self._sent :]))
-                self._sent = len(arguments)
-        if end < 0:
-            return False
-        markup = self._markup + self._buffer[: end + len(CALL_END)]
-        deltas.append(ToolEnd(self._calls - 1, markup))
-        self._buffer = self._buffer[end + len(CALL_END) :]
-        self._state = _BLOCK if self._in_block else _OUTSIDE
-        return True
-
-
-def _arguments_start(body: str, whole: bool) -> int | None:
-    """Where the JSON begins in `body`: past the whitespace and a "```json" line; None while
-    that is not known yet (`whole`: the body is complete)."""
-    lead = len(body) - len(body.lstrip())
-    if not body[lead:].startswith("`"):
-        return lead if lead < len(body) or whole else None
-    newline = body.find("\n", lead)
-    if newline >= 0:
-        return newline + 1
-    return lead if whole else None
+    def _arguments_start(self, body: str, whole: bool) -> int | None:
+        """Past the whitespace and a "```json" line."""
+        lead = len(body) - len(body.lstrip())
+        if not body[lead:].startswith("`"):
+            return lead if lead < len(body) or whole else None
+        newline = body.find("\n", lead)
+        if newline >= 0:
+            return newline + 1
+        return lead if whole else None
 
 
 _CALL_OPEN = literal(CALL_BEGIN + "function" + SEP)

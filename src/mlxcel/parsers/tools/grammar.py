@@ -12,12 +12,13 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from llama_cpp.llama_grammar import SchemaConverter
 
-from mlxcel.engine.types import GrammarSyntax
+from mlxcel.engine.markers import spelled
+from mlxcel.engine.types import GrammarSyntax, SamplingParams
 from mlxcel.parsers.schemas import closed_objects
 
 Tools = list[dict[str, Any]]
@@ -25,22 +26,31 @@ Tools = list[dict[str, Any]]
 
 @dataclass(frozen=True)
 class ForcedGrammar:
-    """A grammar that forces calls, and its syntax: `gbnf` or `lark` (llguidance's)."""
+    """A grammar that forces calls, its syntax, `gbnf` or `lark` (llguidance's), and its
+    markers: rules a lark grammar names, text a GBNF grammar holds (engine/markers.py)."""
 
     text: str
     syntax: GrammarSyntax
+    markers: tuple[str, ...] = ()
+
+    def applied(self, params: SamplingParams) -> SamplingParams:
+        """`params` generating under this grammar."""
+        return replace(
+            params, grammar=self.text, grammar_syntax=self.syntax, grammar_markers=self.markers
+        )
 
 
 # Builds the grammar for calls to `tools`; several of them in a row when the bool says so.
 CallGrammar = Callable[[Tools, bool], ForcedGrammar]
 
 
-def gbnf(builder: Callable[[Tools, bool], str]) -> CallGrammar:
-    """A builder of GBNF text as a CallGrammar (markup that may be control tokens stays GBNF:
-    llama.cpp's grammar sampler matches those tokens by their text)."""
+def gbnf(builder: Callable[[Tools, bool], str], markers: tuple[str, ...] = ()) -> CallGrammar:
+    """A builder of GBNF text as a CallGrammar: llama.cpp's grammar sampler matches `markers`
+    (special tokens where the vocabulary has them) by their text; llguidance as the tokens
+    they are (engine/markers.py)."""
 
     def grammar(tools: Tools, parallel: bool) -> ForcedGrammar:
-        return ForcedGrammar(builder(tools, parallel), "gbnf")
+        return ForcedGrammar(builder(tools, parallel), "gbnf", markers)
 
     return grammar
 
@@ -79,28 +89,47 @@ def parameters(converter: SchemaConverter, tool: dict[str, Any], index: int) -> 
 
 
 def json_call_grammar(
-    arguments_key: str, opening: str, separator: str | None, closing: str
+    arguments_key: str,
+    opening: str,
+    separator: str | None,
+    closing: str,
+    markers: tuple[str, ...] = (),
 ) -> CallGrammar:
     """Calls as JSON objects {"name", `arguments_key`} inside `opening` and `closing`.
 
     `separator` goes between parallel calls; None allows one call only. The grammar is
     llguidance's lark with the call schema inline (`%json`), so every JSON Schema keyword of the
-    parameters holds (bounds, lengths, patterns), as it does for response_format.
+    parameters holds (bounds, lengths, patterns), as it does for response_format. `markers`
+    in the three texts are written as the special tokens they may be (engine/markers.py).
     """
 
     def grammar(tools: Tools, parallel: bool) -> ForcedGrammar:
         schemas = [_call_schema(tool, arguments_key) for tool in tools]
         schema = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
-        # At most one space between JSON tokens, as for response_format.
-        schema = {**schema, "x-guidance": {"whitespace_pattern": " ?"}}
-        parts = [json.dumps(opening), "call"]
+        schema = {**schema, **_COMPACT}
+        parts = [spelled(opening, markers), "call"]
         if parallel and separator is not None:
-            parts.append(f"({json.dumps(separator)} call)*")
-        parts.append(json.dumps(closing))
-        start = " ".join(part for part in parts if part != '""')
-        return ForcedGrammar(f"start: {start}\ncall: %json {json.dumps(schema)}\n", "lark")
+            parts.append(f"({spelled(separator, markers)} call)*")
+        parts.append(spelled(closing, markers))
+        if parallel and separator is not None and separator.startswith("\n"):
+            # What separates two calls may begin after the last: a model that writes the
+            # newline may still end there rather than be held to another call.
+            parts.append('"\\n"?')
+        start = " ".join(part for part in parts if part)
+        text = f"start: {start}\ncall: %json {json.dumps(schema)}\n"
+        return ForcedGrammar(text, "lark", markers)
 
     return grammar
+
+
+# At most one space between JSON tokens, as for response_format.
+_COMPACT = {"x-guidance": {"whitespace_pattern": " ?"}}
+
+
+def arguments_schema(tool: dict[str, Any]) -> str:
+    """The JSON text of the schema a call's arguments are held to, for a lark `%json` rule."""
+    parameters = closed_objects(tool["function"].get("parameters") or {"type": "object"})
+    return json.dumps({**parameters, **_COMPACT})
 
 
 def _call_schema(tool: dict[str, Any], arguments_key: str) -> dict[str, Any]:

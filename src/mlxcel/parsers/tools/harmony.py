@@ -24,6 +24,7 @@ from mlxcel.parsers.tools.grammar import Tools, json_rules, literal, parameters
 
 START, END, MESSAGE = "<|start|>", "<|end|>", "<|message|>"
 CALL, RETURN, CHANNEL = "<|call|>", "<|return|>", "<|channel|>"
+MARKERS = (START, END, MESSAGE, CALL, RETURN, CHANNEL, "<|constrain|>")
 # `<|start|>` ends a body too, so a message whose `<|end|>` is missing loses nothing after it.
 _BODY_ENDS = (END, CALL, RETURN, START)
 _HEADER_STARTS = (CHANNEL, "to=", "assistant")

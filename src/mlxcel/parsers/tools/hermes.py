@@ -1,4 +1,8 @@
-"""Hermes-style calls (Qwen2.5, Qwen3): <tool_call>{"name", "arguments"}</tool_call>."""
+"""Hermes-style calls (Qwen2.5, Qwen3): <tool_call>{"name", "arguments"}</tool_call>.
+
+The answer may also open with calls whose tags the model left out (parsers/tools/untagged.py),
+and a call whose JSON is whole is one even when max_tokens cut its closing tag.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,9 @@ import re
 import uuid
 
 from mlxcel.parsers.markup import held_prefix
+from mlxcel.parsers.tools import untagged
 from mlxcel.parsers.tools.base import Delta, Text, ToolArguments, ToolEnd, ToolStart
+from mlxcel.parsers.tools.grammar import Tools
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _NAME = re.compile(r'^\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
@@ -16,7 +22,9 @@ _NAME = re.compile(r'^\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"
 class HermesParser:
     """Content outside <tool_call> tags; inside, the name first, then arguments as they come."""
 
-    def __init__(self) -> None:
+    def __init__(self, tools: Tools | None = None) -> None:
+        self._names = frozenset(t["function"]["name"] for t in tools or [])
+        self._at_start = bool(self._names)  # untagged calls may still open the answer
         self._buffer = ""
         self._inside = False
         self._calls = 0
@@ -35,12 +43,47 @@ class HermesParser:
     def finish(self) -> list[Delta]:
         rest, self._buffer = self._buffer, ""
         if self._inside and self._started:
-            return self._close(rest, closed=False)
-        if self._inside:
-            rest = OPEN + rest
+            body = rest[: len(rest) - held_prefix(rest, CLOSE)]
+            # Whole JSON whose closing tag did not come (max_tokens) is a whole call.
+            whole = _is_object(self._markup[len(OPEN) :] + body)
+            return self._close(body, closed=whole, tail=rest[len(body) :])
+        if self._inside:  # a call cut before its name: markup that may yet be dropped
+            return [ToolEnd(self._calls, OPEN + rest, closed=False)]
+        head = rest.lstrip()
+        if self._at_start and head[:1] in ("{", "[") and untagged.may_be_calls(head, self._names):
+            return [ToolEnd(self._calls, rest, closed=False)]  # an untagged call cut, likewise
         return [Text(rest)] if rest else []
 
+    def _untagged(self, deltas: list[Delta]) -> bool | None:
+        """Calls without tags at the start of the answer: True when some were read, None
+        while the text may still become some, False when it will not."""
+        head = self._buffer.lstrip()
+        if not head:
+            return None
+        if head[0] not in "{[" or not untagged.may_be_calls(head, self._names):
+            return False
+        read = untagged.read_calls(head, self._names)
+        if read is None:
+            return None
+        calls, end = read
+        if not calls:
+            return False
+        for name, arguments, markup in calls:
+            index, self._calls = self._calls, self._calls + 1
+            deltas.append(ToolStart(index, f"call_{uuid.uuid4().hex[:24]}", name))
+            deltas.append(ToolArguments(index, json.dumps(arguments)))
+            deltas.append(ToolEnd(index, markup))
+        self._buffer = head[end:]
+        return True
+
     def _outside_call(self, deltas: list[Delta]) -> bool:
+        if self._at_start:
+            read = self._untagged(deltas)
+            if read is None:
+                return False
+            self._at_start = read  # after untagged calls, another may follow
+            if read:
+                return True
         at = self._buffer.find(OPEN)
         if at < 0:
             keep = held_prefix(self._buffer, OPEN)
@@ -79,7 +122,7 @@ class HermesParser:
         end = self._buffer.find(CLOSE)
         if end >= 0:
             body, self._buffer = self._buffer[:end], self._buffer[end + len(CLOSE) :]
-            deltas.extend(self._close(body, closed=True))
+            deltas.extend(self._close(body, closed=True, tail=CLOSE))
             return True
         # Hold back what may be the outer object's "}" and the start of the closing tag.
         body = self._buffer[: len(self._buffer) - held_prefix(self._buffer, CLOSE)].rstrip()
@@ -89,12 +132,11 @@ class HermesParser:
             self._sent = cut
         return False
 
-    def _close(self, body: str, *, closed: bool) -> list[Delta]:
-        """The rest of a started call's arguments, `body` minus the outer object's "}" (and,
-        when the text ended first, the start of a closing tag), then its end."""
-        markup = self._markup + body + (CLOSE if closed else "")
-        arguments = body if closed else body[: len(body) - held_prefix(body, CLOSE)]
-        arguments = arguments.rstrip()
+    def _close(self, body: str, *, closed: bool, tail: str) -> list[Delta]:
+        """The rest of a started call's arguments, `body` minus the outer object's "}", then
+        its end; `tail` is the markup after `body` (its closing tag, or the start of one)."""
+        markup = self._markup + body + tail
+        arguments = body.rstrip()
         if arguments.endswith("}"):
             arguments = arguments[:-1].rstrip()
         rest = arguments[self._sent :]
@@ -115,3 +157,10 @@ class HermesParser:
             ToolArguments(index, json.dumps(arguments)),
             ToolEnd(index, OPEN + body + CLOSE),
         ]
+
+
+def _is_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False

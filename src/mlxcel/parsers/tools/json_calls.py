@@ -1,9 +1,11 @@
 """Formats whose calls are plain JSON: Llama 3.x (`{"name", "parameters"}`, maybe after
-<|python_tag|>), Mistral (`[TOOL_CALLS][{"name", "arguments"}, ...]`) and a bare-JSON fallback.
+<|python_tag|>), Mistral (`[TOOL_CALLS][{"name", "arguments"}, ...]`), Granite 3.x
+(`<|tool_call|>[...]`), firefunction-v2 (` functools[...]`) and a bare-JSON fallback.
 
 A call's JSON is only known once it closes, so these parsers hold it and emit each call whole
 (its start, then its arguments in one fragment); text that is not a call streams as content.
-A list of calls that the text's end cut off keeps the calls it completed; the rest is content.
+A list of calls that the text's end cut off keeps the calls it completed; the call it cut is
+dropped (the model's next call, not content).
 """
 
 from __future__ import annotations
@@ -85,7 +87,8 @@ class JsonCallsParser:
         return [c for c in calls if c is not None], ""
 
     def _completed(self, text: str) -> tuple[list[tuple[str, Any, str]], str]:
-        """The calls a list completed before the text's end cut it off, and the rest."""
+        """The calls a list completed before the text's end cut it off; all of `text` when
+        there were none."""
         head = text.lstrip()
         if not head.startswith("["):
             return [], text
@@ -97,7 +100,7 @@ class JsonCallsParser:
             try:
                 item, end = decoder.raw_decode(text, at)
             except ValueError:
-                return calls, text[at:]
+                return calls, "" if calls else text
             call = self._call(item, text[at:end])
             if call is None:
                 return [], text
@@ -124,3 +127,17 @@ def mistral() -> JsonCallsParser:
 def bare_json() -> JsonCallsParser:
     """Fallback: an answer that is a JSON object {"name", "arguments"} is a call."""
     return JsonCallsParser("", arguments_keys=("arguments", "parameters"))
+
+
+GRANITE = "<|tool_call|>"
+FIREFUNCTION = "functools"
+
+
+def granite() -> JsonCallsParser:
+    """Granite 3.x: <|tool_call|> then a JSON array of {"name", "arguments"}."""
+    return JsonCallsParser(GRANITE, arguments_keys=("arguments",))
+
+
+def firefunction() -> JsonCallsParser:
+    """firefunction-v2: functools then a JSON array of {"name", "arguments"}."""
+    return JsonCallsParser(FIREFUNCTION, arguments_keys=("arguments",))

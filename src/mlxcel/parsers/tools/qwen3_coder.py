@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from llama_cpp.llama_grammar import SchemaConverter
@@ -109,6 +110,8 @@ class Qwen3CoderParser(TaggedCallsParser):
 
     def _body(self, deltas: list[Delta]) -> bool:
         head = self._buffer.lstrip()
+        if head.startswith("{") and not self._params:
+            return self._json_body(head, deltas)
         if head.startswith(PARAMETER):
             return self._parameter(head, deltas)
         if head.startswith(FUNCTION_END):
@@ -120,6 +123,23 @@ class Qwen3CoderParser(TaggedCallsParser):
         if PARAMETER.startswith(head) or FUNCTION_END.startswith(head):
             return False
         return self._unclosed(deltas)
+
+    def _json_body(self, head: str, deltas: list[Delta]) -> bool:
+        """Functionary v3.1's (and Llama 3.1's custom) shape: `<function=NAME>{json}</function>`."""
+        end = head.find(FUNCTION_END)
+        if end < 0:
+            return False
+        try:
+            arguments = json.loads(head[:end])
+        except ValueError:
+            return self._unclosed(deltas)
+        if not isinstance(arguments, dict):
+            return self._unclosed(deltas)
+        deltas.append(ToolArguments(self._calls - 1, json.dumps(arguments, ensure_ascii=False)))
+        self._consume(head[end + len(FUNCTION_END) :])
+        deltas.append(self._end(closed=True))
+        self._state = _AFTER if self._wrapped else _OUTSIDE
+        return True
 
     def _unclosed(self, deltas: list[Delta]) -> bool:
         """Not markup: the call ends unclosed, and the text from here on is content."""
@@ -212,7 +232,7 @@ def _json_type(value: Any) -> str:
 
 
 # Raw text that never holds "</", so a value cannot run past its </parameter>.
-_RAW_TEXT = '([^<] | "<"+ [^/<])* "<"*'
+RAW_TEXT = '([^<] | "<"+ [^/<])* "<"*'
 _CALL_OPEN, _CALL_CLOSE = literal(OPEN + "\n"), literal(FUNCTION_END + "\n" + CLOSE)
 _VALUE_CLOSE = literal("\n" + PARAMETER_END + "\n")
 
@@ -223,24 +243,37 @@ def forced_grammar(tools: Tools, parallel: bool) -> str:
     separator = "\n" if parallel else None
     rules = [f"root ::= {calls_rule('fc-call', '', separator, '')}"]
     for i, tool in enumerate(tools):
-        schema = parameters(converter, tool, i)
-        required = schema.get("required") or []
-        properties = schema.get("properties") or {}
-        properties = {**properties, **{n: {} for n in required if n not in properties}}
         parts = [literal(FUNCTION + tool["function"]["name"] + ">\n")]
-        for j, (name, value_schema) in enumerate(properties.items()):
-            value = _value_rule(converter, value_schema, f"arg-{i}-{j}")
-            opening = literal(PARAMETER + name + ">\n")
-            parameter = f"{opening} {value} {_VALUE_CLOSE}"
-            parts.append(parameter if name in required else f"({parameter})?")
+        parts += parameter_rules(converter, tool, i, lambda n: f"{PARAMETER}{n}>\n", _VALUE_CLOSE)
         rules.append(f"fc-function-{i} ::= {' '.join(parts)}")
     functions = " | ".join(f"fc-function-{i}" for i in range(len(tools)))
     rules.append(f"fc-call ::= {_CALL_OPEN} ({functions}) {_CALL_CLOSE}")
-    rules.append(f"fc-text ::= {_RAW_TEXT}")
+    rules.append(f"fc-text ::= {RAW_TEXT}")
     return "\n".join([*rules, converter.format_grammar()])
 
 
-def _value_rule(converter: SchemaConverter, schema: dict[str, Any], name: str) -> str:
+def parameter_rules(
+    converter: SchemaConverter,
+    tool: dict[str, Any],
+    index: int,
+    opening: Callable[[str], str],
+    closing: str,
+) -> list[str]:
+    """Each parameter of `tool` as `opening(name)` (text), its value, then `closing` (a GBNF
+    literal); optional unless the schema requires it."""
+    schema = parameters(converter, tool, index)
+    required = schema.get("required") or []
+    properties = schema.get("properties") or {}
+    properties = {**properties, **{n: {} for n in required if n not in properties}}
+    parts = []
+    for j, (name, value_schema) in enumerate(properties.items()):
+        value = value_rule(converter, value_schema, f"arg-{index}-{j}")
+        parameter = f"{literal(opening(name))} {value} {closing}"
+        parts.append(parameter if name in required else f"({parameter})?")
+    return parts
+
+
+def value_rule(converter: SchemaConverter, schema: dict[str, Any], name: str) -> str:
     """A parameter's value: raw text for a string, JSON (by llama.cpp's converter) otherwise."""
     if schema_types(schema) != {"string"}:
         rule: str = converter.visit(schema, name)
