@@ -34,6 +34,8 @@ TOKENS_KEY = "tokenizer.ggml.tokens"
 TYPES_KEY = "tokenizer.ggml.token_type"
 # With fim, four control tokens SmolLM2 never writes become StarCoder's FIM tokens, declared
 # with its repository and file markers under the keys llama.cpp reads: (id, text) by key.
+# SmolLM2's ids 3-16 are control tokens no template uses (<repo_name> ... <empty_output>).
+SPECIALS_AT = 3
 FIM_TOKENS = {
     Keys.Tokenizer.FIM_PRE_ID: (7, "<fim_prefix>"),
     Keys.Tokenizer.FIM_SUF_ID: (8, "<fim_suffix>"),
@@ -197,9 +199,17 @@ def write_once(path: Path, write: Callable[[Path], None]) -> float | None:
     return time.perf_counter() - began
 
 
-def add_tokenizer(writer: GGUFWriter, source: Path, vocab: int, *, fim: bool = False) -> None:
+def add_tokenizer(
+    writer: GGUFWriter,
+    source: Path,
+    vocab: int,
+    *,
+    fim: bool = False,
+    specials: tuple[str, ...] = (),
+) -> None:
     """Copy every `tokenizer.*` key of `source`, padding the vocabulary up to `vocab` tokens;
-    with `fim`, rename and declare the FIM tokens."""
+    with `fim`, rename and declare the FIM tokens; `specials` rename SmolLM2's special tokens
+    from SPECIALS_AT on (a family's markers, each one control token as in its own vocabulary)."""
     reader = GGUFReader(source)
     for key, field in reader.fields.items():
         if not key.startswith("tokenizer."):
@@ -214,6 +224,7 @@ def add_tokenizer(writer: GGUFWriter, source: Path, vocab: int, *, fim: bool = F
             if fim:
                 for token, text in FIM_TOKENS.values():
                     value[token] = text
+            value[SPECIALS_AT : SPECIALS_AT + len(specials)] = specials
         elif key == TYPES_KEY:
             value = value + [int(TokenType.NORMAL)] * (vocab - len(value))
         array = field.types[0] == GGUFValueType.ARRAY
@@ -243,11 +254,19 @@ def add_hparams(writer: GGUFWriter, shape: Shape) -> None:
     writer.add_file_type(LlamaFileType.MOSTLY_F16)
 
 
-def write_f16(shape: Shape, path: Path, tokenizer: Path, seed: int, *, fim: bool = False) -> None:
+def write_f16(
+    shape: Shape,
+    path: Path,
+    tokenizer: Path,
+    seed: int,
+    *,
+    fim: bool = False,
+    specials: tuple[str, ...] = (),
+) -> None:
     """The whole model at F16 (norms and biases F32), one tensor in memory at a time."""
     writer = GGUFWriter(path, shape.arch)
     add_hparams(writer, shape)
-    add_tokenizer(writer, tokenizer, shape.vocab, fim=fim)
+    add_tokenizer(writer, tokenizer, shape.vocab, fim=fim, specials=specials)
     for name, dims in tensor_shapes(shape):
         dtype = np.dtype(np.float32 if len(dims) == 1 else np.float16)
         writer.add_tensor_info(name, dims, dtype, int(np.prod(dims)) * dtype.itemsize)
@@ -275,24 +294,35 @@ def quantize_q4_0(source: Path, dest: Path) -> None:
         raise RuntimeError(f"llama_model_quantize failed on {source}")
 
 
-def model_path(shape: Shape, out_dir: Path, seed: int, *, fim: bool = False) -> Path:
+def model_path(
+    shape: Shape, out_dir: Path, seed: int, *, fim: bool = False, specials: tuple[str, ...] = ()
+) -> Path:
     """Where this shape, seed and vocabulary are cached: a digest of them in the name."""
     key: tuple[object, ...] = (asdict(shape), seed, WEIGHT_STD)
     if fim:
         key = (*key, FIM_TOKENS)
+    if specials:
+        key = (*key, specials)
     return out_dir / f"random-{shape.name}-{digest(*key)}-q4_0.gguf"
 
 
-def build(shape: Shape, out_dir: Path, seed: int = 0, *, fim: bool = False) -> Built:
+def build(
+    shape: Shape,
+    out_dir: Path,
+    seed: int = 0,
+    *,
+    fim: bool = False,
+    specials: tuple[str, ...] = (),
+) -> Built:
     """The Q4_0 GGUF for `shape`, built unless `out_dir` already holds it."""
     from mlxcel.weights import default_model_path
 
-    path = model_path(shape, out_dir, seed, fim=fim)
+    path = model_path(shape, out_dir, seed, fim=fim, specials=specials)
 
     def write(partial: Path) -> None:
         f16 = partial.with_suffix(".f16.tmp")
         try:
-            write_f16(shape, f16, default_model_path(), seed, fim=fim)
+            write_f16(shape, f16, default_model_path(), seed, fim=fim, specials=specials)
             quantize_q4_0(f16, partial)
         finally:
             f16.unlink(missing_ok=True)

@@ -20,6 +20,16 @@ from mlxcel.engine.types import EngineError, SamplingParams
 logger = logging.getLogger(__name__)
 
 
+def held_by_guidance(params: SamplingParams) -> bool:
+    """Whether llguidance holds the request's constraint on llama.cpp: a JSON schema, a lark
+    grammar, or a GBNF grammar with markers (llama.cpp's grammar sampler matches a marker by
+    its text, so a model could spell a special token out piece by piece: on a random model
+    it did, which its own vocabulary never would)."""
+    if params.json_schema is not None or params.grammar_syntax == "lark":
+        return True
+    return params.grammar is not None and bool(params.grammar_markers)
+
+
 def _special_token(tokenizer: llguidance.LLTokenizer) -> Callable[[str], int | None]:
     """The one special token a text is in `tokenizer`'s vocabulary, if it is one."""
 

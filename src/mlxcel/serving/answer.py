@@ -23,8 +23,10 @@ def _channels(reasoning: str | None, tools: ToolPlan | None) -> bool:
 
 
 def renders_special_tokens(reasoning: str | None, tools: ToolPlan | None) -> bool:
-    """Whether the parsers read markers that are control tokens (harmony, Gemma channels)."""
-    return _channels(reasoning, tools) or reasoning in _SPECIAL_MARKUP
+    """Whether the parsers read markers that are control tokens: harmony's and Gemma's
+    channels, and every tool-call format's markers, which are control tokens in some of the
+    vocabularies that write them (as llama-server keeps a format's markers as text)."""
+    return tools is not None or _channels(reasoning, tools) or reasoning in _SPECIAL_MARKUP
 
 
 class AnswerStream:

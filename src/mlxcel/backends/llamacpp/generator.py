@@ -13,7 +13,7 @@ import llguidance
 import numpy as np
 from llguidance.llamacpp import lltokenizer_from_vocab
 
-from mlxcel.backends.guidance import Constraint, constraint
+from mlxcel.backends.guidance import Constraint, constraint, held_by_guidance
 from mlxcel.backends.llamacpp import drafting, native
 from mlxcel.backends.llamacpp.embedding_batch import decode_rows
 from mlxcel.backends.llamacpp.kv_cache import kv_cache_info
@@ -189,7 +189,7 @@ class LlamaCppGenerator:
         elif params.min_tokens > 0:
             banned = self._eog + params.stop_token_ids
         guided = None
-        if params.json_schema is not None or params.grammar_syntax == "lark":
+        if held_by_guidance(params):
             guided = constraint(params, self._guidance_tokenizer(), self._n_vocab)
         chain = build_chain(self._vocab, self._n_vocab, self.n_ctx_seq, params, banned)
         self._slots[slot] = _Slot(params, chain, banned, [], guided)

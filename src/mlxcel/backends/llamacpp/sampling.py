@@ -10,6 +10,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 
+from mlxcel.backends.guidance import held_by_guidance
 from mlxcel.engine.types import EngineError, Sample, SamplerStage, SamplingParams
 
 # OpenAI's logit_bias of -100/100 means "never"/"always"; llama.cpp wants infinities for that.
@@ -175,9 +176,9 @@ def build_chain(
     def add(sampler: Any) -> None:
         llama_cpp.llama_sampler_chain_add(chain, sampler)
 
-    # JSON schemas and lark grammars are held by llguidance (backends/guidance.py), which masks
-    # the logits before the chain runs.
-    if params.grammar is not None and params.grammar_syntax == "gbnf":
+    # JSON schemas, lark grammars and grammars with markers are held by llguidance
+    # (backends/guidance.py), which masks the logits before the chain runs.
+    if params.grammar is not None and not held_by_guidance(params):
         add(_grammar(vocab, params.grammar))
     biases = list(params.logit_bias) + [(token, -_BIAS_LIMIT) for token in banned]
     if biases:

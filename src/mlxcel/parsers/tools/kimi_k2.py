@@ -70,5 +70,6 @@ def forced_grammar(tools: Tools, parallel: bool) -> ForcedGrammar:
         names.append(f"{name} INDEX {arguments_begin} arguments_{i}")
         rules.append(f"arguments_{i}: %json {arguments_schema(tool)}")
     rules.append(f"call: {call_begin} ({' | '.join(names)}) {call_end}")
-    rules.append("INDEX: /[0-9]+/")
+    # The call's number in the conversation: bounded, or a model may write digits to the end.
+    rules.append("INDEX: /[0-9]{1,4}/")
     return ForcedGrammar("\n".join(rules) + "\n", "lark", MARKERS)
