@@ -62,8 +62,9 @@ def llama_server_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--cors-origins",
         metavar="ORIGIN[,ORIGIN]",
-        help="let browser apps on these origins (or '*' for any) call the server; off by "
-        "default (API keys still apply)",
+        help="let browser apps on these origins (http://app:3000, a host name for any of its "
+        "ports, 'localhost' for this machine's, or '*' for any) call the server; off by default "
+        "(API keys still apply)",
     )
     add(
         "-s",

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -92,18 +93,25 @@ KIND_NAMES: dict[Kind, str] = {
 }
 
 
+_HOST_NAME = re.compile(
+    r"^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$"
+)
+
+
 def parse_origins(value: str) -> tuple[str, ...]:
-    """--cors-origins: `*` or comma-separated origins like http://localhost:3000."""
+    """--cors-origins: `*`, or comma-separated origins like http://localhost:3000 and bare host
+    names (`localhost`, `app.example`), which allow that host on http and https, any port."""
     origins = tuple(o.strip().rstrip("/") for o in value.split(",") if o.strip())
     if not origins:
         raise ValueError("--cors-origins needs '*' or at least one origin")
     for origin in origins:
-        if origin == ANY_ORIGIN:
+        if origin == ANY_ORIGIN or _HOST_NAME.match(origin):
             continue
         parts = urlsplit(origin)
         if parts.scheme not in ("http", "https") or not parts.netloc or parts.path:
             raise ValueError(
-                f"--cors-origins: '{origin}' is not an origin (scheme://host[:port], or '*')"
+                f"--cors-origins: '{origin}' is not an origin "
+                "(scheme://host[:port], a host name, or '*')"
             )
     return origins
 
