@@ -62,3 +62,24 @@ def test_cors_localhost_keyword_refuses_other_hosts(dropin: ServerProcess, origi
     assert "access-control-allow-origin" not in response.headers
     with dropin.http(headers={"Origin": origin}) as http:
         assert http.get("/v1/models").status_code == 403
+
+
+def test_every_v1_route_answers_without_the_prefix(dropin: ServerProcess) -> None:
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    with dropin.http() as http:
+        counts = [
+            http.post(f"{prefix}/chat/completions/input_tokens", json=chat)
+            for prefix in ("/v1", "")
+        ]
+    assert [c.status_code for c in counts] == [200, 200], counts[1].text
+    assert counts[0].json() == counts[1].json()
+    assert counts[0].json()["input_tokens"] > 0
+
+
+def test_default_names_the_model_in_models_retrieve(dropin: ServerProcess) -> None:
+    client = dropin.openai()
+    served = client.models.list().data[0].id
+    assert client.models.retrieve("default").id == served
+    with dropin.http() as http:
+        assert http.get("/models/default").json()["id"] == served
+        assert http.get("/v1/models/nonexistent").status_code == 404

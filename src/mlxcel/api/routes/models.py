@@ -56,7 +56,8 @@ async def list_models(request: Request) -> dict[str, Any]:
 
 @listing.get("/models/{model_id:path}")
 async def retrieve_model(model_id: str, request: Request) -> dict[str, Any]:
-    """One configured model by any of its names (hub ids hold a slash); 404 for other names."""
+    """One configured model by any of its names (hub ids hold a slash) or `default`; 404 for
+    other names."""
     return _listed(entry_for(request, model_id, None), request)
 
 
