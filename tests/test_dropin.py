@@ -83,3 +83,64 @@ def test_default_names_the_model_in_models_retrieve(dropin: ServerProcess) -> No
     with dropin.http() as http:
         assert http.get("/models/default").json()["id"] == served
         assert http.get("/v1/models/nonexistent").status_code == 404
+
+
+LLAMA_COUNTERS = (
+    "prompt_tokens_total",
+    "prompt_tokens_cached_total",
+    "prompt_seconds_total",
+    "tokens_predicted_total",
+    "tokens_predicted_seconds_total",
+    "n_decode_total",
+    "spec_decode_num_draft_tokens_total",
+    "spec_decode_num_accepted_tokens_total",
+    "spec_decode_num_drafts_total",
+)
+LLAMA_GAUGES = (
+    "prompt_tokens_seconds",
+    "predicted_tokens_seconds",
+    "requests_processing",
+    "requests_deferred",
+    "n_busy_slots_per_decode",
+    "n_tokens_max",
+)
+
+
+def _llama_series(text: str) -> dict[str, tuple[str, float]]:
+    """The unlabelled `llamacpp:*` samples of a /metrics page: name -> (type, value)."""
+    types = {}
+    series = {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE llamacpp:"):
+            _, _, name, kind = line.split(" ", 3)
+            types[name] = kind
+        elif line.startswith("llamacpp:") and "{" not in line:
+            name, value = line.split(" ", 1)
+            series[name.removeprefix("llamacpp:")] = (types[name], float(value))
+    return series
+
+
+def test_metrics_carry_llama_server_names_beside_ours(dropin: ServerProcess) -> None:
+    prompt = "the quick brown fox jumps over the lazy dog"
+    with dropin.http() as http:
+        before = _llama_series(http.get("/metrics").text)
+        answers = [
+            http.post("/completion", json={"prompt": prompt, "n_predict": 4}).json()
+            for _ in range(2)
+        ]
+        text = http.get("/metrics").text
+    series = _llama_series(text)
+    grown = {name: value - before[name][1] for name, (_, value) in series.items()}
+    assert {n: series[n][0] for n in LLAMA_COUNTERS} == dict.fromkeys(LLAMA_COUNTERS, "counter")
+    assert {n: series[n][0] for n in LLAMA_GAUGES} == dict.fromkeys(LLAMA_GAUGES, "gauge")
+    for name in (*LLAMA_COUNTERS, *LLAMA_GAUGES):
+        assert f"# HELP llamacpp:{name} " in text
+    timings = [answer["timings"] for answer in answers]
+    assert grown["prompt_tokens_total"] == sum(t["prompt_n"] for t in timings)
+    assert grown["prompt_tokens_cached_total"] == sum(t["cache_n"] for t in timings) > 0
+    assert grown["tokens_predicted_total"] == sum(t["predicted_n"] for t in timings)
+    assert series["n_decode_total"][1] == dropin.metric("mlxcel_decode_steps_total") > 0
+    assert grown["prompt_seconds_total"] > 0 and series["prompt_tokens_seconds"][1] > 0
+    assert series["n_tokens_max"][1] >= max(t["prompt_n"] + t["cache_n"] for t in timings)
+    assert series["requests_processing"][1] == 0
+    assert series["n_busy_slots_per_decode"][1] >= 1

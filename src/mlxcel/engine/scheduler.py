@@ -391,6 +391,9 @@ class Scheduler:
     def _release(self, running: Running, reason: str) -> None:
         self._running.remove(running)
         self._metrics.finished(reason)
+        prompt_ms, predicted_ms = running.elapsed_ms(time.monotonic())
+        length = len(running.job.prompt) + running.generated
+        self._metrics.measured(length, prompt_ms / 1e3, predicted_ms / 1e3)
         try:
             self._generator.close_slot(running.slot)
         finally:
