@@ -20,7 +20,14 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def dropin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """llama-server's spellings of the listening and CORS flags."""
-    yield from serving(tmp_path_factory, "dropin", "--cors-origins", "localhost,app.example")
+    yield from serving(
+        tmp_path_factory,
+        "dropin",
+        "--host",
+        "127.0.0.1,::1",
+        "--cors-origins",
+        "localhost,app.example",
+    )
 
 
 def _preflight(server: ServerProcess, origin: str) -> httpx.Response:
@@ -144,3 +151,11 @@ def test_metrics_carry_llama_server_names_beside_ours(dropin: ServerProcess) -> 
     assert series["n_tokens_max"][1] >= max(t["prompt_n"] + t["cache_n"] for t in timings)
     assert series["requests_processing"][1] == 0
     assert series["n_busy_slots_per_decode"][1] >= 1
+
+
+def test_several_host_addresses_are_each_listened_on(dropin: ServerProcess) -> None:
+    for root in (f"http://127.0.0.1:{dropin.port}", f"http://[::1]:{dropin.port}"):
+        with httpx.Client(base_url=root, timeout=30) as http:
+            assert http.get("/health").json() == {"status": "ok"}
+            assert http.get("/v1/models").status_code == 200
+    assert f"http://127.0.0.1:{dropin.port}, http://[::1]:{dropin.port}" in dropin.log()

@@ -55,7 +55,12 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         "hub id; transformers serves a Hugging Face vision-language folder (Qwen2-VL, "
         "Qwen2.5-VL) on torch (default: %(default)s)",
     )
-    add("--host", default=defaults.DEFAULT_HOST, help="address to listen on (default: %(default)s)")
+    add(
+        "--host",
+        default=defaults.DEFAULT_HOST,
+        metavar="HOST[,HOST]",
+        help="address to listen on, or several with commas (127.0.0.1,::1) (default: %(default)s)",
+    )
     add(
         "--port",
         type=int,

@@ -368,3 +368,9 @@ class ServerConfig:
     """Seconds an image answered by `url` stays at its link."""
     image_url_max_mib: int = DEFAULT_IMAGE_URL_MAX_MIB
     """MiB the linked images may take together; the oldest go first past it."""
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """The addresses `host` names: one, or several with commas (llama-server's
+        `--host 127.0.0.1,::1`), each listened on."""
+        return tuple(h.strip() for h in self.host.split(",") if h.strip()) or (self.host,)
