@@ -27,6 +27,10 @@ def dropin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         "127.0.0.1,::1",
         "--cors-origins",
         "localhost,app.example",
+        "--alias",
+        "tiny-2,fim,code",
+        "--tags",
+        "chat,fim,small",
     )
 
 
@@ -81,6 +85,17 @@ def test_every_v1_route_answers_without_the_prefix(dropin: ServerProcess) -> Non
     assert [c.status_code for c in counts] == [200, 200], counts[1].text
     assert counts[0].json() == counts[1].json()
     assert counts[0].json()["input_tokens"] > 0
+
+
+def test_aliases_list_every_name_given_and_tags_are_listed(dropin: ServerProcess) -> None:
+    with dropin.http() as http:
+        (model,) = http.get("/models").json()["data"]
+    # The id is the first alias as given (llama-server takes the first alphabetically).
+    assert model["id"] == "tiny-2"
+    assert model["aliases"] == ["tiny-2", "fim", "code"]
+    assert model["tags"] == ["chat", "fim", "small"]
+    client = dropin.openai()
+    assert {client.models.retrieve(name).id for name in ("fim", "code")} == {"tiny-2"}
 
 
 def test_default_names_the_model_in_models_retrieve(dropin: ServerProcess) -> None:

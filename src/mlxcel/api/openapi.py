@@ -45,6 +45,8 @@ MODEL = _object(
         "object": {"const": "model"},
         "created": _INT,
         "owned_by": _STRING,
+        "aliases": {"type": "array", "items": _STRING},
+        "tags": {"type": "array", "items": _STRING},
         "capabilities": {"type": "array", "items": _STRING},
         "state": _STRING,
         "meta": {"type": "object"},

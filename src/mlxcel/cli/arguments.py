@@ -12,7 +12,7 @@ from mlxcel.cli.media import media_arguments
 from mlxcel.cli.models import SIDE_MODELS, add_image_url_flags
 from mlxcel.cli.security import security_arguments
 from mlxcel.config import settings as defaults
-from mlxcel.config.values import parse_size
+from mlxcel.config.values import names, parse_size
 from mlxcel.logs import LOG_FORMATS, LOG_LEVELS
 from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
 from mlxcel.parsers.tools import PARSERS
@@ -33,6 +33,13 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--alias",
         metavar="NAME[,NAME]",
         help="served model names, comma-separated; the first is its id (default: the file stem)",
+    )
+    add(
+        "--tags",
+        type=names,
+        default=(),
+        metavar="TAG[,TAG]",
+        help="labels listed with the model in /v1/models (llama-server's; not used for routing)",
     )
     add(
         "--config",

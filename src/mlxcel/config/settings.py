@@ -191,6 +191,8 @@ class ModelConfig:
     alias: str | None = None
     aliases: tuple[str, ...] = ()
     """More names the model answers to, beside its served name."""
+    tags: tuple[str, ...] = ()
+    """llama-server's --tags: labels /v1/models lists with the model, not used for routing."""
     hub_id: str | None = None
     backend: str = DEFAULT_BACKEND
     ctx_size: int = DEFAULT_CTX_SIZE
@@ -314,11 +316,16 @@ class ModelConfig:
         return self.model.stem if self.model.suffix.lower() == ".gguf" else self.model.name
 
     @property
-    def names(self) -> tuple[str, ...]:
-        """Every name the model answers to, its served name first: the rest of --alias's,
-        then `aliases`."""
+    def given_names(self) -> tuple[str, ...]:
+        """The names given to the model (--alias's, then `aliases`), as /v1/models lists them
+        in `aliases`: its id among them when it is one, as llama-server lists them."""
         given = tuple(a.strip() for a in (self.alias or "").split(",") if a.strip())
-        return tuple(dict.fromkeys((self.served_name, *given, *self.aliases)))
+        return tuple(dict.fromkeys((*given, *self.aliases)))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every name the model answers to, its served name first, then the names given."""
+        return tuple(dict.fromkeys((self.served_name, *self.given_names)))
 
 
 @dataclass(frozen=True)
