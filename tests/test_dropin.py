@@ -150,6 +150,7 @@ def test_metrics_carry_llama_server_names_beside_ours(dropin: ServerProcess) -> 
             http.post("/completion", json={"prompt": prompt, "n_predict": 4}).json()
             for _ in range(2)
         ]
+        dropin.wait_idle()  # the gauges come from the model's worker a moment after the answer
         text = http.get("/metrics").text
     series = _llama_series(text)
     grown = {name: value - before[name][1] for name, (_, value) in series.items()}
@@ -174,3 +175,23 @@ def test_several_host_addresses_are_each_listened_on(dropin: ServerProcess) -> N
             assert http.get("/health").json() == {"status": "ok"}
             assert http.get("/v1/models").status_code == 200
     assert f"http://127.0.0.1:{dropin.port}, http://[::1]:{dropin.port}" in dropin.log()
+
+
+def test_completion_batch_mixes_token_lists_and_prompt_objects(dropin: ServerProcess) -> None:
+    text = "I believe the meaning of life is"
+    greedy = {"n_predict": 4, "temperature": 0}
+    with dropin.http() as http:
+        tokens = http.post("/tokenize", json={"content": text, "add_special": True}).json()
+        answers = http.post(
+            "/completion", json={"prompt": [tokens["tokens"], {"prompt_string": text}], **greedy}
+        )
+        with_media = http.post(
+            "/completion",
+            json={"prompt": [text, {"prompt_string": "<__media__>", "multimodal_data": ["AAAA"]}]},
+        )
+    assert answers.status_code == 200, answers.text
+    first, second = answers.json()
+    assert first["content"] == second["content"]
+    assert first["tokens_evaluated"] == second["tokens_evaluated"]
+    assert with_media.status_code == 400
+    assert with_media.json()["error"]["param"] == "prompt.1.multimodal_data"

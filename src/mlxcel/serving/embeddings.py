@@ -11,18 +11,36 @@ from typing import Any, cast
 import numpy as np
 
 from mlxcel.models.encoders import EmbeddingModel
-from mlxcel.protocol.embeddings import EmbeddingInput, EmbeddingRequest, NativeEmbeddingRequest
+from mlxcel.protocol.embeddings import (
+    ContentPrompt,
+    EmbeddingInput,
+    EmbeddingRequest,
+    EmbeddingText,
+    NativeEmbeddingRequest,
+)
 from mlxcel.protocol.errors import APIError, invalid_request
 from mlxcel.serving.encoder_limits import EncoderLimits
 
 
-def input_batch(value: EmbeddingInput) -> list[str | list[int]]:
-    """The inputs an `input` field holds: a text, token ids, or a list of either."""
-    if isinstance(value, str):
-        return [value]
+def input_batch(value: EmbeddingInput, param: str) -> list[str | list[int]]:
+    """The inputs an `input` field holds: a text, token ids, or a list of either; llama-server's
+    prompt objects stand for their text."""
+    if not isinstance(value, list):
+        return [_text(value, param)]
     if value and all(isinstance(v, int) for v in value):
         return [cast(list[int], value)]
-    return list(cast(Sequence[str | list[int]], value))
+    items = cast(Sequence[EmbeddingText | list[int]], value)
+    return [v if isinstance(v, list) else _text(v, f"{param}.{i}") for i, v in enumerate(items)]
+
+
+def _text(item: EmbeddingText, param: str) -> str:
+    if isinstance(item, str):
+        return item
+    if isinstance(item, ContentPrompt):
+        return "".join(part.text for part in item.content)
+    if item.multimodal_data:
+        raise invalid_request("an embedding model takes text only", f"{param}.multimodal_data")
+    return item.prompt_string
 
 
 def too_many(what: str, count: int, limit: int, flag: str, param: str) -> APIError:
@@ -137,7 +155,7 @@ async def embeddings(
     """The OpenAI list of embeddings, with usage."""
     inputs = await token_inputs(
         model,
-        input_batch(body.input),
+        input_batch(body.input, "input"),
         prefix=instruction_prefix(model, body.instruction),
         truncate=body.truncate,
         limits=limits,
@@ -172,7 +190,7 @@ async def native_embeddings(
     vectors (one per token with pooling none, else the one pooled vector)."""
     inputs = await token_inputs(
         model,
-        input_batch(body.content),
+        input_batch(body.content, "content"),
         prefix="",
         truncate=body.truncate,
         limits=limits,
