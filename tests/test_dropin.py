@@ -195,3 +195,23 @@ def test_completion_batch_mixes_token_lists_and_prompt_objects(dropin: ServerPro
     assert first["tokens_evaluated"] == second["tokens_evaluated"]
     assert with_media.status_code == 400
     assert with_media.json()["error"]["param"] == "prompt.1.multimodal_data"
+
+
+def test_slots_next_token_is_llama_servers_list(dropin: ServerProcess) -> None:
+    body = {"prompt": "Once", "n_predict": 1000, "ignore_eos": True, "stream": True}
+    with dropin.http() as http:
+        with http.stream("POST", "/completion", json=body) as stream:
+            lines = stream.iter_lines()  # kept: a dropped iterator closes the stream
+            next(lines)
+            busy = [s for s in http.get("/slots").json() if s["is_processing"]]
+        dropin.wait_idle()
+        idle = http.get("/slots").json()
+    [(running,)] = [s["next_token"] for s in busy]
+    assert running["has_next_token"] is True
+    assert running["n_remain"] + running["n_decoded"] == 1000 and running["n_decoded"] > 0
+    assert isinstance(running["has_new_line"], bool)
+    for slot in idle:
+        assert slot["is_processing"] is False
+        assert slot["next_token"] == [
+            {"has_next_token": False, "has_new_line": False, "n_remain": -1, "n_decoded": 0}
+        ]

@@ -16,7 +16,7 @@ from mlxcel.engine.handle import EventSink
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.prompt_cache import PromptCache, swap_cached
 from mlxcel.engine.sequence import Job, Running, about
-from mlxcel.engine.slots import SlotPool, SlotState
+from mlxcel.engine.slots import SlotPool, SlotReport, SlotState
 from mlxcel.engine.speculation import Speculation
 from mlxcel.engine.speculative import SpeculativeConfig
 from mlxcel.engine.types import (
@@ -125,14 +125,18 @@ class Scheduler:
                 self._update_gauges()
             self._wakeup.notify()
 
-    def slots(self) -> list[tuple[SlotState, int, int]]:
-        """A snapshot for /slots: each slot's state, tokens decoded and prompt length."""
+    def slots(self) -> list[SlotReport]:
+        """A snapshot for /slots: each slot's state and its request's progress."""
         running = {r.slot: r for r in self._running}
         snapshot = []
         for index, slot in enumerate(self._pool.slots):
-            r = running.get(index)
             copy = SlotState(list(slot.tokens), slot.busy, slot.last_used, slot.request_id)
-            snapshot.append((copy, r.generated if r else 0, len(r.job.prompt) if r else 0))
+            r = running.get(index)
+            if r is None:
+                snapshot.append(SlotReport(copy, 0, 0, -1, False))
+            else:
+                left = r.job.params.max_tokens - r.generated
+                snapshot.append(SlotReport(copy, r.generated, len(r.job.prompt), left, r.newline))
         return snapshot
 
     def _run(self) -> None:
