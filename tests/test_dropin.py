@@ -6,6 +6,7 @@ answers in the shapes llama-server's test suite asserts, beside ours.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import httpx
@@ -215,3 +216,37 @@ def test_slots_next_token_is_llama_servers_list(dropin: ServerProcess) -> None:
         assert slot["next_token"] == [
             {"has_next_token": False, "has_new_line": False, "n_remain": -1, "n_decoded": 0}
         ]
+
+
+def test_json_object_schema_takes_draft_7_tuple_items(dropin: ServerProcess) -> None:
+    messages = [{"role": "user", "content": "Write an example"}]
+    bare = {"items": [{"type": "integer"}]}
+    closed = {"type": "array", "items": [{"type": "integer"}], "additionalItems": False}
+    with dropin.http() as http:
+        answers = [
+            http.post(
+                "/chat/completions",
+                json={
+                    "messages": messages,
+                    "max_tokens": 40,
+                    "temperature": 0,
+                    "response_format": {"type": "json_object", "schema": schema},
+                },
+            )
+            for schema in (bare, closed)
+        ]
+        invalid = http.post(
+            "/chat/completions",
+            json={
+                "messages": messages,
+                "response_format": {"type": "json_object", "schema": {"type": "hiccup"}},
+            },
+        )
+    assert [a.status_code for a in answers] == [200, 200], answers[0].text
+    choice = answers[1].json()["choices"][0]
+    if choice["finish_reason"] == "stop":
+        value = json.loads(choice["message"]["content"])
+        assert isinstance(value, list) and len(value) <= 1
+        assert all(isinstance(item, int) for item in value)
+    assert invalid.status_code == 400
+    assert invalid.json()["error"]["code"] == "invalid_json_schema"
