@@ -7,13 +7,14 @@ answers in the shapes llama-server's test suite asserts, beside ours.
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from tests.conftest import serving
-from tests.server_process import ServerProcess
+from tests.server_process import MLXCEL, ServerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -250,3 +251,31 @@ def test_json_object_schema_takes_draft_7_tuple_items(dropin: ServerProcess) -> 
         assert all(isinstance(item, int) for item in value)
     assert invalid.status_code == 400
     assert invalid.json()["error"]["code"] == "invalid_json_schema"
+
+
+PLAIN_TEMPLATE = "This is not a chat template, it is"
+
+
+@pytest.fixture(scope="module")
+def plain_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A --chat-template of plain text: valid Jinja with no tags."""
+    yield from serving(tmp_path_factory, "plain-template", "--chat-template", PLAIN_TEMPLATE)
+
+
+def test_plain_text_chat_template_is_the_prompt(plain_template: ServerProcess) -> None:
+    messages = [{"role": "system", "content": "Book"}, {"role": "user", "content": "Hey"}]
+    with plain_template.http() as http:
+        applied = http.post("/apply-template", json={"messages": messages}).json()
+        chat = http.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 2})
+        prompt = http.post("/tokenize", json={"content": PLAIN_TEMPLATE, "add_special": True})
+    assert applied["prompt"] == PLAIN_TEMPLATE
+    assert chat.status_code == 200
+    assert chat.json()["usage"]["prompt_tokens"] == len(prompt.json()["tokens"])
+
+
+def test_a_misspelt_template_name_is_still_refused() -> None:
+    run = subprocess.run(
+        [MLXCEL, "serve", "--chat-template", "chatm1"], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 2
+    assert "'chatm1': not a template" in run.stderr
