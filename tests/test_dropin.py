@@ -279,3 +279,24 @@ def test_a_misspelt_template_name_is_still_refused() -> None:
     )
     assert run.returncode == 2
     assert "'chatm1': not a template" in run.stderr
+
+
+def test_anthropic_sdk_lists_models_in_its_shape_and_needs_max_tokens(
+    dropin: ServerProcess,
+) -> None:
+    claude = dropin.anthropic()
+    [model] = claude.models.list().data
+    assert model.type == "model" and model.id == "tiny-2" and model.display_name == "tiny-2"
+    assert model.created_at.tzinfo is not None
+    assert claude.models.retrieve("code").id == "tiny-2"
+    with dropin.http() as http:
+        # Without Anthropic's header the same route answers OpenAI's shape.
+        assert http.get("/v1/models").json()["object"] == "list"
+        missing = http.post(
+            "/v1/messages",
+            json={"model": "default", "messages": [{"role": "user", "content": "hi"}]},
+        )
+    assert missing.status_code == 400
+    assert missing.json()["type"] == "error"
+    assert missing.json()["error"]["type"] == "invalid_request_error"
+    assert "max_tokens" in missing.json()["error"]["message"]
