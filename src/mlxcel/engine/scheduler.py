@@ -191,7 +191,13 @@ class Scheduler:
                 continue
             self._on_admitted(job, slot, cached)
             drafter = self._speculation.drafter(job)
-            self._running.append(Running(job, slot, fed=cached, cached=cached, drafter=drafter))
+            running = Running(job, slot, fed=cached, cached=cached, drafter=drafter)
+            self._running.append(running)
+            if job.params.return_progress:
+                # llama-server's first report, before any token is evaluated: what the cache
+                # held, at time 0.
+                progress = PromptProgress(len(job.prompt), cached, cached, 0.0)
+                job.handle.deliver(running.event("", progress=progress, now=running.started))
         self._update_gauges()
 
     def _swap_cached(self, slot: int, shared: int, prompt: list[int]) -> int:
