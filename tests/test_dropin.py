@@ -300,3 +300,29 @@ def test_anthropic_sdk_lists_models_in_its_shape_and_needs_max_tokens(
     assert missing.json()["type"] == "error"
     assert missing.json()["error"]["type"] == "invalid_request_error"
     assert "max_tokens" in missing.json()["error"]["message"]
+
+
+def test_responses_stream_progress_and_timings_when_asked(dropin: ServerProcess) -> None:
+    body = {
+        "input": "This is a test" * 10,
+        "max_output_tokens": 8,
+        "stream": True,
+        "timings_per_token": True,
+        "return_progress": True,
+    }
+    with dropin.http() as http, http.stream("POST", "/v1/responses", json=body) as stream:
+        events = [
+            json.loads(line.removeprefix("data: "))
+            for line in stream.iter_lines()
+            if line.startswith("data: ")
+        ]
+    progress = [e for e in events if "prompt_progress" in e]
+    assert progress and all(e["type"] == "response.in_progress" for e in progress)
+    assert progress[0]["prompt_progress"]["processed"] == progress[0]["prompt_progress"]["cache"]
+    assert progress[-1]["prompt_progress"]["processed"] == progress[-1]["prompt_progress"]["total"]
+    deltas = [e for e in events if e["type"] == "response.output_text.delta"]
+    assert deltas and all("predicted_per_second" in e["timings"] for e in deltas)
+    final = events[-1]
+    assert final["type"] in ("response.completed", "response.incomplete")
+    assert final["timings"]["predicted_n"] == final["response"]["usage"]["output_tokens"]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
