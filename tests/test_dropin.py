@@ -326,3 +326,14 @@ def test_responses_stream_progress_and_timings_when_asked(dropin: ServerProcess)
     assert final["type"] in ("response.completed", "response.incomplete")
     assert final["timings"]["predicted_n"] == final["response"]["usage"]["output_tokens"]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
+
+
+def test_post_sampling_probs_is_refused_by_name(dropin: ServerProcess) -> None:
+    body = {"prompt": "I believe", "n_predict": 2, "n_probs": 3}
+    with dropin.http() as http:
+        refused = http.post("/completion", json={**body, "post_sampling_probs": True})
+        plain = http.post("/completion", json={**body, "post_sampling_probs": False})
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert error["param"] == "post_sampling_probs" and "sampler chain" in error["message"]
+    assert plain.status_code == 200 and len(plain.json()["completion_probabilities"]) == 2
