@@ -204,6 +204,17 @@ def test_llama_server_input_objects_and_mixed_batches(server: ServerProcess) -> 
     objects = vectors(server, [{"prompt_string": SENTENCES[0]}, SENTENCES[1], SENTENCES[2]])
     assert np.allclose(mixed, texts, atol=1e-6) and np.allclose(objects, texts, atol=1e-6)
     assert np.allclose(vectors(server, {"prompt_string": SENTENCES[1]}), texts[1], atol=1e-6)
+    # One input of ids and text, as llama-server's: ids as given, the text without [CLS]/[SEP]
+    # (around the whole only when it starts with text).
+    words = SENTENCES[1].split(" ", 3)
+    start = AutoTokenizer.from_pretrained(str(minilm_dir()))(" ".join(words[:3]))["input_ids"]
+    head = " ".join(words[:3])
+    ids_first = [*start[:-1], words[3], start[-1]]
+    assert np.allclose(vectors(server, ids_first), texts[1], atol=1e-6)
+    text_first = vectors(server, [head, *start[1:-1]])
+    assert np.allclose(text_first, vectors(server, f"{head} {head}"), atol=1e-6)
+    batch = vectors(server, [ids_first, SENTENCES[0]])
+    assert np.allclose(batch, texts[[1, 0]], atol=1e-6)
     with server.http() as http:
         native = ok(http.post("/embedding", json={"content": {"content": split}}))
         image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}

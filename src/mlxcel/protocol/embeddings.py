@@ -22,11 +22,10 @@ class ContentPrompt(Strict):
     content: list[TextPart]
 
 
-# A text (llama-server's prompt objects too), token ids, or a batch of those mixed.
+# A text (llama-server's prompt objects too), token ids and texts in one list
+# ([12, 34, "text"]), or a batch of those mixed.
 EmbeddingText = str | MultimodalPrompt | ContentPrompt
-EmbeddingInput = (
-    str | list[int] | MultimodalPrompt | ContentPrompt | list[EmbeddingText | list[int]]
-)
+EmbeddingInput = EmbeddingText | list[int | EmbeddingText | list[int | str]]
 
 
 class EmbeddingRequest(Strict):
