@@ -90,7 +90,7 @@ def _deltas(events: list[Any], kind: str) -> str:
 
 
 def _chat(**body: Any) -> list[dict[str, Any]]:
-    request = MessagesRequest.model_validate({"messages": HELLO, **body})
+    request = MessagesRequest.model_validate({"messages": HELLO, "max_tokens": 16, **body})
     return [m.template_dict() for m in chat_request(request).messages]
 
 
@@ -166,12 +166,19 @@ def test_tool_choice_thinking_and_prefill_map_onto_chat_fields() -> None:
     assert request.stop == ["END"] and request.user == "u-1" and request.max_tokens == 16000
     named = chat_request(
         MessagesRequest.model_validate(
-            {"messages": HELLO, "tools": tools, "tool_choice": {"type": "tool", "name": "x"}}
+            {
+                "messages": HELLO,
+                "max_tokens": 16,
+                "tools": tools,
+                "tool_choice": {"type": "tool", "name": "x"},
+            }
         )
     )
     assert named.tool_choice is not None and named.tool_choice.function == {"name": "x"}  # type: ignore[union-attr]
     off = chat_request(
-        MessagesRequest.model_validate({"messages": HELLO, "thinking": {"type": "disabled"}})
+        MessagesRequest.model_validate(
+            {"messages": HELLO, "max_tokens": 16, "thinking": {"type": "disabled"}}
+        )
     )
     assert off.reasoning_effort == "none"
 
@@ -470,7 +477,9 @@ def test_errors_are_in_anthropics_shape(
     for path in ("/v1/messages", "/v1/messages/count_tokens"):
         if path.endswith("count_tokens") and ("stop" in body or "max_tokens" in body):
             continue
-        response = http.post(path, json=body)
+        # Messages needs max_tokens (Anthropic's API does); count_tokens takes none.
+        sent = body if path.endswith("count_tokens") else {"max_tokens": 16, **body}
+        response = http.post(path, json=sent)
         assert response.status_code == status, response.text
         error = response.json()
         assert set(error) == {"type", "error"} and error["type"] == "error"
@@ -532,7 +541,10 @@ def test_a_model_name_not_served(claude: anthropic.Anthropic, keyed: ServerProce
     assert served.model not in ("claude-nope-1", "default")
     with keyed.http(headers={"X-Api-Key": "sk-local"}) as http:
         for path in ("/v1/messages", "/v1/messages/count_tokens"):
-            response = http.post(path, json={"messages": HELLO, "model": "claude-nope"})
+            body = {"messages": HELLO, "model": "claude-nope"}
+            if path == "/v1/messages":
+                body["max_tokens"] = 2
+            response = http.post(path, json=body)
             assert response.status_code == 404, response.text
             error = response.json()["error"]
             assert error["type"] == "not_found_error" and "claude-nope" in error["message"]

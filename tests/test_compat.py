@@ -155,7 +155,8 @@ def test_aliases_are_listed_and_retrieved(guarded: ServerProcess) -> None:
     [listed] = client.models.list().data
     assert listed.id == "smol" and listed.model_extra == {
         **(listed.model_extra or {}),
-        "aliases": ["tiny/smol-135m"],
+        "aliases": ["smol", "tiny/smol-135m"],
+        "tags": [],
     }
     assert client.models.retrieve("tiny/smol-135m").id == "smol"
     with pytest.raises(openai.NotFoundError):

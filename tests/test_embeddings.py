@@ -194,6 +194,43 @@ def test_native_embedding_shape(server: ServerProcess) -> None:
     assert bare_openai["object"] == "list"
 
 
+def test_llama_server_input_objects_and_mixed_batches(server: ServerProcess) -> None:
+    from transformers import AutoTokenizer
+
+    texts = vectors(server, SENTENCES[:3])
+    ids = AutoTokenizer.from_pretrained(str(minilm_dir()))(SENTENCES[1])["input_ids"]
+    split = [{"type": "text", "text": SENTENCES[2][:9]}, {"type": "text", "text": SENTENCES[2][9:]}]
+    mixed = vectors(server, [SENTENCES[0], ids, {"content": split}])
+    objects = vectors(server, [{"prompt_string": SENTENCES[0]}, SENTENCES[1], SENTENCES[2]])
+    assert np.allclose(mixed, texts, atol=1e-6) and np.allclose(objects, texts, atol=1e-6)
+    assert np.allclose(vectors(server, {"prompt_string": SENTENCES[1]}), texts[1], atol=1e-6)
+    # One input of ids and text, as llama-server's: ids as given, the text without [CLS]/[SEP]
+    # (around the whole only when it starts with text).
+    words = SENTENCES[1].split(" ", 3)
+    start = AutoTokenizer.from_pretrained(str(minilm_dir()))(" ".join(words[:3]))["input_ids"]
+    head = " ".join(words[:3])
+    ids_first = [*start[:-1], words[3], start[-1]]
+    assert np.allclose(vectors(server, ids_first), texts[1], atol=1e-6)
+    text_first = vectors(server, [head, *start[1:-1]])
+    assert np.allclose(text_first, vectors(server, f"{head} {head}"), atol=1e-6)
+    batch = vectors(server, [ids_first, SENTENCES[0]])
+    assert np.allclose(batch, texts[[1, 0]], atol=1e-6)
+    with server.http() as http:
+        native = ok(http.post("/embedding", json={"content": {"content": split}}))
+        image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+        refused = [
+            http.post("/v1/embeddings", json={"input": bad})
+            for bad in (
+                {"content": "string"},
+                {"content": [image]},
+                [{"prompt_string": "x <__media__>", "multimodal_data": ["AAAA"]}],
+            )
+        ]
+    assert np.allclose(native[0]["embedding"][0], texts[2], atol=1e-6)
+    assert [r.status_code for r in refused] == [400, 400, 400]
+    assert refused[2].json()["error"]["param"] == "input.0.multimodal_data"
+
+
 def test_instruction_is_prepended(server: ServerProcess) -> None:
     with_instruction = vectors(server, "eating food", instruction="query: ")
     prefixed = vectors(server, "query: eating food")

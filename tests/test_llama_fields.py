@@ -145,15 +145,21 @@ def test_batch_prompts_on_completion(http: httpx.Client) -> None:
 
 
 def test_return_progress(http: httpx.Client) -> None:
-    chunks = stream(
-        http, "/completion", {"prompt": COUNTING, "n_predict": 2, "return_progress": True}
-    )
-    progress = chunks[0]["prompt_progress"]
-    assert progress["total"] == chunks[-1]["tokens_evaluated"]
-    assert progress["processed"] == progress["total"] and progress["cache"] >= 0
-    body = {"messages": STORY, "max_tokens": 2, "return_progress": True}
-    first = stream(http, "/v1/chat/completions", body)[0]
-    assert first["choices"] == [] and first["prompt_progress"]["processed"] > 0
+    body = {"prompt": COUNTING, "n_predict": 2, "return_progress": True, "timings_per_token": True}
+    chunks = stream(http, "/completion", body)
+    reports = [c for c in chunks if "prompt_progress" in c]
+    first, last = reports[0]["prompt_progress"], reports[-1]["prompt_progress"]
+    # As llama-server's: a first report before any token is evaluated, at time 0.
+    assert first["processed"] == first["cache"] and first["time_ms"] == 0
+    assert reports[0]["timings"]["prompt_ms"] == 0 and reports[0]["timings"]["predicted_n"] == 0
+    assert last["total"] == chunks[-1]["tokens_evaluated"] == last["processed"]
+    assert all(r["prompt_progress"]["total"] == last["total"] for r in reports)
+    processed = [r["prompt_progress"]["processed"] for r in reports]
+    assert processed == sorted(set(processed)) and len(processed) >= 2
+    chat = {"messages": STORY, "max_tokens": 2, "return_progress": True}
+    chat_reports = [c for c in stream(http, "/v1/chat/completions", chat) if "prompt_progress" in c]
+    assert all(c["choices"] == [] for c in chat_reports)
+    assert chat_reports[-1]["prompt_progress"]["processed"] > 0
 
 
 def test_logit_bias_in_llama_server_forms(http: httpx.Client) -> None:

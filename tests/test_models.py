@@ -109,7 +109,7 @@ def test_models_listed_with_aliases_capabilities_and_state(multi: ServerProcess)
     listed = multi.openai().models.list().data
     assert [m.id for m in listed] == ["chat-a", "chat-b", "tiny"]
     first = listed[0].model_extra or {}
-    assert first["aliases"] == ["a-alias", "a2"]
+    assert first["aliases"] == ["chat-a", "a-alias", "a2"]
     assert first["capabilities"] == ["text"]
     assert first["state"] == "loaded"
     assert first["meta"]["backend"] == "llama.cpp"

@@ -86,7 +86,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     # before anything reads its body.
     app.add_middleware(Cors, origins=config.cors_origins)
     if config.socket is None:
-        app.add_middleware(HostAllowlist, bound=config.host, allowed=config.allowed_hosts)
+        app.add_middleware(HostAllowlist, bound=config.hosts, allowed=config.allowed_hosts)
     # Outside everything but the access log: once shutdown begins, nothing new reaches a route.
     app.state.drain = Drain()
     app.add_middleware(RefuseWhileDraining, drain=app.state.drain)

@@ -9,11 +9,15 @@ server would still run it. Requests with no `Origin` (SDKs, curl) are not browse
 A preflight carries no credentials, so it is answered before any API key check; the request
 that follows it still needs its key. A wildcard origin is answered with `*` and never with
 credentials allowed; a listed origin is echoed, with credentials allowed and `Vary: Origin`.
+
+A bare host name allows that host on http and https at any port; `localhost` is llama-server's
+keyword for this machine's own names and addresses.
 """
 
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -28,6 +32,8 @@ METHODS = "GET, POST, DELETE, OPTIONS"
 HEADERS = ("Authorization", "X-Api-Key", "Content-Type")
 MAX_AGE = "600"
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+# What llama-server's `--cors-origins localhost` lets in (an origin's host, any port).
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
 def _refused() -> APIError:
@@ -52,7 +58,9 @@ class Cors:
     def __init__(self, app: ASGIApp, origins: tuple[str, ...]) -> None:
         self.app = app
         self.any = ANY_ORIGIN in origins
-        self.origins = frozenset(origins)
+        self.origins = frozenset(o for o in origins if "://" in o)
+        hosts = {o.lower() for o in origins if "://" not in o and o != ANY_ORIGIN}
+        self.hosts = hosts | LOOPBACK_NAMES if "localhost" in hosts else hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -63,7 +71,7 @@ class Cors:
         if origin is None:
             await self.app(scope, receive, send)
             return
-        allowed = self.any or origin in self.origins
+        allowed = self.any or origin in self.origins or self._host_allowed(origin)
         if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
             await self._preflight(send, origin if allowed else None, headers)
             return
@@ -81,6 +89,16 @@ class Cors:
             await send(message)
 
         await self.app(scope, receive, with_cors)
+
+    def _host_allowed(self, origin: str) -> bool:
+        if not self.hosts:
+            return False
+        try:
+            parts = urlsplit(origin)
+            host = parts.hostname
+        except ValueError:  # a malformed origin (an unclosed IPv6 bracket) matches no host
+            return False
+        return parts.scheme in ("http", "https") and host is not None and host in self.hosts
 
     def _allow(self, origin: str) -> list[tuple[bytes, bytes]]:
         if self.any:

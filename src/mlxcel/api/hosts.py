@@ -56,10 +56,10 @@ def _is_address(name: str) -> bool:
 class HostAllowlist:
     """ASGI middleware: 400 for a request whose Host names another server."""
 
-    def __init__(self, app: ASGIApp, bound: str, allowed: tuple[str, ...]) -> None:
+    def __init__(self, app: ASGIApp, bound: tuple[str, ...], allowed: tuple[str, ...]) -> None:
         self.app = app
         self.any = ANY_HOST in allowed
-        self.names = frozenset({*allowed, bound.lower(), *LOOPBACK_NAMES})
+        self.names = frozenset({*allowed, *(name.lower() for name in bound), *LOOPBACK_NAMES})
 
     def allows(self, header: str) -> bool:
         """Whether a Host header value names this server."""

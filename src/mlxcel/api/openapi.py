@@ -45,6 +45,8 @@ MODEL = _object(
         "object": {"const": "model"},
         "created": _INT,
         "owned_by": _STRING,
+        "aliases": {"type": "array", "items": _STRING},
+        "tags": {"type": "array", "items": _STRING},
         "capabilities": {"type": "array", "items": _STRING},
         "state": _STRING,
         "meta": {"type": "object"},
@@ -86,7 +88,8 @@ RESPONSE = _object(
     {"id": _STRING, "object": {"const": "response"}, "status": _STRING, "model": _STRING},
     output=_ARRAY,
 )
-NATIVE = _object({"content": _STRING}, stop={"type": "boolean"}, model=_STRING)
+# No field is certain: `response_fields` keeps only those asked for, and none when none exist.
+NATIVE = _object({}, content=_STRING, stop={"type": "boolean"}, model=_STRING)
 MESSAGE = _object(
     {
         "id": _STRING,

@@ -78,7 +78,7 @@ def _unix_socket(path: Path) -> socket.socket:
     return sock
 
 
-def _tcp_socket(host: str, port: int) -> socket.socket:
+def _tcp_socket(host: str, port: int, v6_only: bool) -> socket.socket:
     """A TCP socket bound to host:port, as uvicorn would bind it.
 
     Its protocol is named (IPPROTO_TCP, not 0): asyncio sets TCP_NODELAY only on connections
@@ -87,6 +87,9 @@ def _tcp_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6 and v6_only:
+        # Beside an IPv4 address (`0.0.0.0,::`), `::` must not take IPv4's port as well.
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
     try:
         sock.bind((host, port))
     except OSError:
@@ -95,12 +98,34 @@ def _tcp_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _bind(config: ServerConfig) -> socket.socket:
-    """The listening socket; raises OSError (port taken, bad address) before any model work."""
-    sock = _unix_socket(config.socket) if config.socket else _tcp_socket(config.host, config.port)
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
+def _bind(config: ServerConfig) -> list[socket.socket]:
+    """The listening sockets, one per --host address or the Unix socket; raises OSError (port
+    taken, bad address) before any model work."""
+    if config.socket:
+        socks = [_unix_socket(config.socket)]
+    else:
+        socks = []
+        try:
+            for host in config.hosts:
+                socks.append(_tcp_socket(host, config.port, len(config.hosts) > 1))
+        except OSError:
+            for sock in socks:
+                sock.close()
+            raise
+    for sock in socks:
+        sock.listen(2048)
+        sock.set_inheritable(True)
+    return socks
+
+
+def _where(config: ServerConfig) -> str:
+    """The addresses served, as URLs."""
+    if config.socket:
+        return f"unix:{config.socket}"
+    return ", ".join(
+        f"http://[{host}]:{config.port}" if ":" in host else f"http://{host}:{config.port}"
+        for host in config.hosts
+    )
 
 
 def _cannot_listen(config: ServerConfig, exc: OSError) -> str:
@@ -110,7 +135,7 @@ def _cannot_listen(config: ServerConfig, exc: OSError) -> str:
     reason = exc.strerror or str(exc)
     if config.socket:
         return f"cannot listen on unix:{config.socket}: {reason}; pass another --socket"
-    where = f"http://{config.host}:{config.port}"
+    where = _where(config)
     if exc.errno == errno.EADDRINUSE:
         return (
             f"cannot listen on {where}: the port is in use by another program; "
@@ -132,7 +157,7 @@ def _stop_engines(app: FastAPI) -> None:
 
 
 async def _serve(
-    app: FastAPI, config: ServerConfig, server: DrainingServer, sock: socket.socket
+    app: FastAPI, config: ServerConfig, server: DrainingServer, socks: list[socket.socket]
 ) -> None:
     """Serve while the models that load at startup load, and while the idle watcher runs."""
     metrics = EngineMetrics(app.state.metrics_registry)
@@ -161,7 +186,7 @@ async def _serve(
 
     loader = asyncio.ensure_future(start_up())
     try:
-        await server.serve(sockets=[sock])
+        await server.serve(sockets=socks)
     finally:
         loader.cancel()
 
@@ -190,7 +215,7 @@ def serve(config: ServerConfig) -> int:
     """Serve until SIGTERM or SIGINT, then drain and exit 0; EXIT_CANNOT_START when the address
     or a model that loads at startup is unusable."""
     try:
-        sock = _bind(config)
+        socks = _bind(config)
     except OSError as exc:
         logger.error("%s", _cannot_listen(config, exc))
         return EXIT_CANNOT_START
@@ -201,7 +226,7 @@ def serve(config: ServerConfig) -> int:
     )
     uv_config = uvicorn.Config(
         app,
-        host=config.host,
+        host=config.hosts[0],
         port=config.port,
         http=guarded_protocol(limits),
         timeout_keep_alive=config.keep_alive_timeout,
@@ -215,10 +240,9 @@ def serve(config: ServerConfig) -> int:
         timeout=config.shutdown_timeout,
         abort=lambda: _stop_engines(app),
     )
-    where = f"unix:{config.socket}" if config.socket else f"http://{config.host}:{config.port}"
-    logger.info("listening on %s; loading the models", where)
+    logger.info("listening on %s; loading the models", _where(config))
     try:
-        _run(_serve(app, config, server, sock))
+        _run(_serve(app, config, server, socks))
     finally:
         registry: ModelRegistry | None = getattr(app.state, "models", None)
         if registry is not None:

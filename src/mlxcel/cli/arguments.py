@@ -12,7 +12,7 @@ from mlxcel.cli.media import media_arguments
 from mlxcel.cli.models import SIDE_MODELS, add_image_url_flags
 from mlxcel.cli.security import security_arguments
 from mlxcel.config import settings as defaults
-from mlxcel.config.values import parse_size
+from mlxcel.config.values import names, parse_size
 from mlxcel.logs import LOG_FORMATS, LOG_LEVELS
 from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
 from mlxcel.parsers.tools import PARSERS
@@ -35,6 +35,13 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="served model names, comma-separated; the first is its id (default: the file stem)",
     )
     add(
+        "--tags",
+        type=names,
+        default=(),
+        metavar="TAG[,TAG]",
+        help="labels listed with the model in /v1/models (llama-server's; not used for routing)",
+    )
+    add(
         "--config",
         type=Path,
         metavar="FILE",
@@ -55,7 +62,12 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         "hub id; transformers serves a Hugging Face vision-language folder (Qwen2-VL, "
         "Qwen2.5-VL) on torch (default: %(default)s)",
     )
-    add("--host", default=defaults.DEFAULT_HOST, help="address to listen on (default: %(default)s)")
+    add(
+        "--host",
+        default=defaults.DEFAULT_HOST,
+        metavar="HOST[,HOST]",
+        help="address to listen on, or several with commas (127.0.0.1,::1) (default: %(default)s)",
+    )
     add(
         "--port",
         type=int,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 from mlxcel.chat_templates import BUILTIN_TEMPLATES
@@ -16,6 +17,8 @@ from mlxcel.config.settings import (
     parse_origins,
 )
 
+# A --chat-template value that is one word: a built-in template's name, not Jinja text.
+_WORD = re.compile(r"^[\w.-]+$")
 # llama.cpp's spellings of on, off and auto (common/arg.cpp).
 _SWITCH = {
     **dict.fromkeys(("on", "enabled", "true", "1"), "on"),
@@ -62,8 +65,9 @@ def llama_server_arguments(parser: argparse.ArgumentParser) -> None:
     add(
         "--cors-origins",
         metavar="ORIGIN[,ORIGIN]",
-        help="let browser apps on these origins (or '*' for any) call the server; off by "
-        "default (API keys still apply)",
+        help="let browser apps on these origins (http://app:3000, a host name for any of its "
+        "ports, 'localhost' for this machine's, or '*' for any) call the server; off by default "
+        "(API keys still apply)",
     )
     add(
         "-s",
@@ -211,9 +215,9 @@ def check_llama_server_arguments(parser: argparse.ArgumentParser, args: argparse
     if args.chat_template is not None:
         if args.chat_template_file is not None:
             parser.error("set either --chat-template or --chat-template-file, not both")
-        if args.chat_template not in BUILTIN_TEMPLATES and not any(
-            mark in args.chat_template for mark in ("{{", "{%")
-        ):
+        # Any text is Jinja (one with no tags renders as itself, as llama-server takes it); a
+        # lone word that names no built-in template is a misspelt name.
+        if args.chat_template not in BUILTIN_TEMPLATES and _WORD.match(args.chat_template):
             names = ", ".join(sorted(BUILTIN_TEMPLATES))
             parser.error(
                 f"--chat-template '{args.chat_template}': not a template ({names}) or Jinja"

@@ -137,7 +137,13 @@ def _flag_models(parser: argparse.ArgumentParser, args: argparse.Namespace) -> l
         choose_backend(model, args.backend)
     except (WeightsError, ValueError, OSError) as exc:
         fail(parser, str(exc))
-    main = replace(_model_flags(args), model=model, alias=args.alias, hub_id=hub_id(args.model))
+    main = replace(
+        _model_flags(args),
+        model=model,
+        alias=args.alias,
+        tags=args.tags,
+        hub_id=hub_id(args.model),
+    )
     if is_vision_folder(model):
         # A folder with a vision tower is served as the vision model it is, as a config file's
         # `kind: vision` would.

@@ -109,6 +109,7 @@ MODEL_KEYS: dict[str, tuple[str, to.Convert]] = {
     "served_model_name": ("alias", to.text),
     "aliases": ("aliases", to.names),
     "model_id": ("aliases", to.names),
+    "tags": ("tags", to.names),
     "backend": ("backend", to.choice(BACKENDS)),
     "ctx_size": ("ctx_size", to.at_least(0)),
     "context_length": ("ctx_size", to.at_least(0)),

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -92,18 +93,25 @@ KIND_NAMES: dict[Kind, str] = {
 }
 
 
+_HOST_NAME = re.compile(
+    r"^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$"
+)
+
+
 def parse_origins(value: str) -> tuple[str, ...]:
-    """--cors-origins: `*` or comma-separated origins like http://localhost:3000."""
+    """--cors-origins: `*`, or comma-separated origins like http://localhost:3000 and bare host
+    names (`localhost`, `app.example`), which allow that host on http and https, any port."""
     origins = tuple(o.strip().rstrip("/") for o in value.split(",") if o.strip())
     if not origins:
         raise ValueError("--cors-origins needs '*' or at least one origin")
     for origin in origins:
-        if origin == ANY_ORIGIN:
+        if origin == ANY_ORIGIN or _HOST_NAME.match(origin):
             continue
         parts = urlsplit(origin)
         if parts.scheme not in ("http", "https") or not parts.netloc or parts.path:
             raise ValueError(
-                f"--cors-origins: '{origin}' is not an origin (scheme://host[:port], or '*')"
+                f"--cors-origins: '{origin}' is not an origin "
+                "(scheme://host[:port], a host name, or '*')"
             )
     return origins
 
@@ -183,6 +191,8 @@ class ModelConfig:
     alias: str | None = None
     aliases: tuple[str, ...] = ()
     """More names the model answers to, beside its served name."""
+    tags: tuple[str, ...] = ()
+    """llama-server's --tags: labels /v1/models lists with the model, not used for routing."""
     hub_id: str | None = None
     backend: str = DEFAULT_BACKEND
     ctx_size: int = DEFAULT_CTX_SIZE
@@ -306,11 +316,16 @@ class ModelConfig:
         return self.model.stem if self.model.suffix.lower() == ".gguf" else self.model.name
 
     @property
-    def names(self) -> tuple[str, ...]:
-        """Every name the model answers to, its served name first: the rest of --alias's,
-        then `aliases`."""
+    def given_names(self) -> tuple[str, ...]:
+        """The names given to the model (--alias's, then `aliases`), as /v1/models lists them
+        in `aliases`: its id among them when it is one, as llama-server lists them."""
         given = tuple(a.strip() for a in (self.alias or "").split(",") if a.strip())
-        return tuple(dict.fromkeys((self.served_name, *given, *self.aliases)))
+        return tuple(dict.fromkeys((*given, *self.aliases)))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every name the model answers to, its served name first, then the names given."""
+        return tuple(dict.fromkeys((self.served_name, *self.given_names)))
 
 
 @dataclass(frozen=True)
@@ -360,3 +375,9 @@ class ServerConfig:
     """Seconds an image answered by `url` stays at its link."""
     image_url_max_mib: int = DEFAULT_IMAGE_URL_MAX_MIB
     """MiB the linked images may take together; the oldest go first past it."""
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """The addresses `host` names: one, or several with commas (llama-server's
+        `--host 127.0.0.1,::1`), each listened on."""
+        return tuple(h.strip() for h in self.host.split(",") if h.strip()) or (self.host,)

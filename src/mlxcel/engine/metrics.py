@@ -6,6 +6,8 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from mlxcel.engine.llama_series import LlamaSeries
+
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -83,7 +85,24 @@ class EngineMetrics:
                 "mlxcel_busy_slots_per_decode",
                 "Sequences per engine step since the start (as n_busy_slots_per_decode)",
             ),
+            "prompt_seconds": family(
+                Counter,
+                "mlxcel_prompt_seconds",
+                "Time from a sequence's slot to its first token, summed over sequences",
+            ),
+            "generation_seconds": family(
+                Counter,
+                "mlxcel_generation_seconds",
+                "Time from a sequence's first token to its last, summed over sequences",
+            ),
+            "longest": family(
+                Gauge,
+                "mlxcel_sequence_tokens_max",
+                "The longest sequence so far, prompt and generated tokens",
+            ),
         }
+        # Dashboards built for llama-server read its names: the same series under them.
+        registry.register(LlamaSeries(self.families))
 
     def bind(self, model: str) -> ModelMetrics:
         """One model's metrics, labelled once so the engine's hot path does no lookups."""
@@ -118,6 +137,11 @@ class RecordsMetrics(Protocol):
         from prompts."""
         ...
 
+    def measured(self, tokens: int, prompt_seconds: float, generation_seconds: float) -> None:
+        """A sequence of `tokens` tokens ended: its prompt took `prompt_seconds` to its first
+        token, then it generated for `generation_seconds`."""
+        ...
+
     def load(self, running: int, waiting: int) -> None:
         """How many sequences run and how many requests wait."""
         ...
@@ -140,6 +164,7 @@ RECORDED = frozenset(
         "token",
         "drafted",
         "stepped",
+        "measured",
         "load",
         "rejected",
         "finished",
@@ -172,6 +197,9 @@ class ModelMetrics:
         )
         self._step_tokens = f["step_tokens"].labels(model)
         self._prompt_steps, self._busy = f["prompt_steps"].labels(model), f["busy"].labels(model)
+        self._prompt_seconds = f["prompt_seconds"].labels(model)
+        self._generation_seconds = f["generation_seconds"].labels(model)
+        self._longest, self._n_longest = f["longest"].labels(model), 0
         self._n_steps = 0
         self._n_sequences = 0
         self._lookups = 0
@@ -223,6 +251,15 @@ class ModelMetrics:
         if prompt_tokens:
             self._prompt_steps.inc()
         self._busy.set(self._n_sequences / self._n_steps)
+
+    def measured(self, tokens: int, prompt_seconds: float, generation_seconds: float) -> None:
+        """A sequence of `tokens` tokens ended: its prompt took `prompt_seconds` to its first
+        token, then it generated for `generation_seconds`."""
+        self._prompt_seconds.inc(prompt_seconds)
+        self._generation_seconds.inc(generation_seconds)
+        if tokens > self._n_longest:
+            self._n_longest = tokens
+            self._longest.set(tokens)
 
     def load(self, running: int, waiting: int) -> None:
         """How many sequences run and how many requests wait."""

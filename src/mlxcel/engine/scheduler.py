@@ -16,7 +16,7 @@ from mlxcel.engine.handle import EventSink
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.prompt_cache import PromptCache, swap_cached
 from mlxcel.engine.sequence import Job, Running, about
-from mlxcel.engine.slots import SlotPool, SlotState
+from mlxcel.engine.slots import SlotPool, SlotReport, SlotState
 from mlxcel.engine.speculation import Speculation
 from mlxcel.engine.speculative import SpeculativeConfig
 from mlxcel.engine.types import (
@@ -126,14 +126,18 @@ class Scheduler:
                 self._update_gauges()
             self._wakeup.notify()
 
-    def slots(self) -> list[tuple[SlotState, int, int]]:
-        """A snapshot for /slots: each slot's state, tokens decoded and prompt length."""
+    def slots(self) -> list[SlotReport]:
+        """A snapshot for /slots: each slot's state and its request's progress."""
         running = {r.slot: r for r in self._running}
         snapshot = []
         for index, slot in enumerate(self._pool.slots):
-            r = running.get(index)
             copy = SlotState(list(slot.tokens), slot.busy, slot.last_used, slot.request_id)
-            snapshot.append((copy, r.generated if r else 0, len(r.job.prompt) if r else 0))
+            r = running.get(index)
+            if r is None:
+                snapshot.append(SlotReport(copy, 0, 0, -1, False))
+            else:
+                left = r.job.params.max_tokens - r.generated
+                snapshot.append(SlotReport(copy, r.generated, len(r.job.prompt), left, r.newline))
         return snapshot
 
     def _run(self) -> None:
@@ -188,7 +192,13 @@ class Scheduler:
                 continue
             self._on_admitted(job, slot, cached)
             drafter = self._speculation.drafter(job)
-            self._running.append(Running(job, slot, fed=cached, cached=cached, drafter=drafter))
+            running = Running(job, slot, fed=cached, cached=cached, drafter=drafter)
+            self._running.append(running)
+            if job.params.return_progress:
+                # llama-server's first report, before any token is evaluated: what the cache
+                # held, at time 0.
+                progress = PromptProgress(len(job.prompt), cached, cached, 0.0)
+                job.handle.deliver(running.event("", progress=progress, now=running.started))
         self._update_gauges()
 
     def _swap_cached(self, slot: int, shared: int, prompt: list[int]) -> int:
@@ -394,6 +404,9 @@ class Scheduler:
     def _release(self, running: Running, reason: str) -> None:
         self._running.remove(running)
         self._metrics.finished(reason)
+        prompt_ms, predicted_ms = running.elapsed_ms(time.monotonic())
+        length = len(running.job.prompt) + running.generated
+        self._metrics.measured(length, prompt_ms / 1e3, predicted_ms / 1e3)
         try:
             self._generator.close_slot(running.slot)
         finally:

@@ -91,9 +91,11 @@ class Running:
         error: EngineError | None = None,
         stop_reason: str | None = None,
         progress: PromptProgress | None = None,
+        now: float | None = None,
     ) -> TokenEvent:
-        """An event for the request, with what every event reports."""
-        prompt_ms, predicted_ms = self.elapsed_ms(time.monotonic())
+        """An event for the request, with what every event reports, timed `now` (default:
+        this moment)."""
+        prompt_ms, predicted_ms = self.elapsed_ms(time.monotonic() if now is None else now)
         return TokenEvent(
             text,
             self.take_tokens(),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 @dataclass
@@ -19,6 +20,17 @@ class SlotState:
     busy: bool = False
     last_used: float = 0.0
     request_id: str | None = None
+
+
+class SlotReport(NamedTuple):
+    """A slot as /slots shows it: its state, and its request's progress (0s when idle)."""
+
+    state: SlotState
+    decoded: int
+    prompt_tokens: int
+    remaining: int
+    """Tokens its request may still generate; -1 when idle, as llama-server's `n_remain`."""
+    new_line: bool
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -118,8 +118,11 @@ class ModelRegistry:
             )
 
     def named(self, name: str) -> ModelEntry:
-        """The model with this name or alias (or file path or file name), whatever it does."""
+        """The model with this name or alias (or file path or file name), whatever it does;
+        `default` is the first model, as a request's `model` field means it."""
         entry = next((e for e in self._entries if e.answers_to(name)), None)
+        if entry is None and name in DEFAULT_MODEL_NAMES and self._entries:
+            entry = self._entries[0]
         if entry is None:
             raise ModelNotFound(f"the model '{name}' does not exist; served: {self._listing()}")
         return entry

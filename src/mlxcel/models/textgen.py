@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 
 from mlxcel.engine.capabilities import FimTokens, KvCacheInfo
 from mlxcel.engine.handle import RequestHandle, ends
-from mlxcel.engine.slots import SlotState
+from mlxcel.engine.slots import SlotReport
 from mlxcel.engine.types import ChatTemplate, EngineError, MediaSpan, SamplingParams, TokenEvent
 from mlxcel.media.audio import SentMedia
 from mlxcel.models.remote import Worker, WorkerGone
@@ -205,9 +205,9 @@ class RemoteEngine:
             handle.stream_id = stream_id
         return list(handles)
 
-    def slots(self) -> list[tuple[SlotState, int, int]]:
-        """Each slot's state, tokens decoded and prompt length (a call to the worker)."""
-        snapshot: list[tuple[SlotState, int, int]] = self._worker.call("slots")
+    def slots(self) -> list[SlotReport]:
+        """Each slot's state and its request's progress (a call to the worker)."""
+        snapshot: list[SlotReport] = self._worker.call("slots")
         return snapshot
 
     def stop(self) -> None:

@@ -176,7 +176,10 @@ class CountTokensRequest(SamplingFields):
 
 
 class MessagesRequest(CountTokensRequest):
-    """POST /v1/messages. `max_tokens` (required by Anthropic) falls back to the server's -n."""
+    """POST /v1/messages."""
+
+    # Required, as Anthropic's API has it: a client written against this server works there.
+    max_tokens: int = Field(ge=1)
 
     stop_sequences: list[str] | None = None
     metadata: Metadata | None = None

@@ -7,10 +7,25 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from mlxcel.protocol.native import MultimodalPrompt
 from mlxcel.protocol.policy import NoEffect, Strict
 
-# A text, token ids, or a batch of either.
-EmbeddingInput = str | list[str] | list[int] | list[list[int]]
+
+class TextPart(Strict):
+    type: Literal["text"]
+    text: str
+
+
+class ContentPrompt(Strict):
+    """llama-server's input object of content parts: text only on an embedding model."""
+
+    content: list[TextPart]
+
+
+# A text (llama-server's prompt objects too), token ids and texts in one list
+# ([12, 34, "text"]), or a batch of those mixed.
+EmbeddingText = str | MultimodalPrompt | ContentPrompt
+EmbeddingInput = EmbeddingText | list[int | EmbeddingText | list[int | str]]
 
 
 class EmbeddingRequest(Strict):

@@ -10,19 +10,70 @@ from typing import Any, cast
 
 import numpy as np
 
+from mlxcel.engine.slots import common_prefix
 from mlxcel.models.encoders import EmbeddingModel
-from mlxcel.protocol.embeddings import EmbeddingInput, EmbeddingRequest, NativeEmbeddingRequest
+from mlxcel.protocol.embeddings import (
+    ContentPrompt,
+    EmbeddingInput,
+    EmbeddingRequest,
+    EmbeddingText,
+    NativeEmbeddingRequest,
+)
 from mlxcel.protocol.errors import APIError, invalid_request
 from mlxcel.serving.encoder_limits import EncoderLimits
 
+Pieces = list[int | str]
 
-def input_batch(value: EmbeddingInput) -> list[str | list[int]]:
-    """The inputs an `input` field holds: a text, token ids, or a list of either."""
-    if isinstance(value, str):
-        return [value]
-    if value and all(isinstance(v, int) for v in value):
-        return [cast(list[int], value)]
-    return list(cast(Sequence[str | list[int]], value))
+
+def input_batch(value: EmbeddingInput, param: str) -> list[str | Pieces]:
+    """The inputs an `input` field holds, as llama-server reads it: a text, a list with a token
+    id in it is one input (ids, or ids and texts), any other list a batch of those; prompt
+    objects stand for their text."""
+    if not isinstance(value, list):
+        return [_text(value, param)]
+    if any(isinstance(v, int) for v in value):
+        if not all(isinstance(v, (int, str)) for v in value):
+            raise invalid_request(
+                "an input of token ids may hold texts, not lists or objects", param
+            )
+        return [cast(Pieces, value)]
+    items = cast(Sequence[EmbeddingText | Pieces], value)
+    return [v if isinstance(v, list) else _text(v, f"{param}.{i}") for i, v in enumerate(items)]
+
+
+async def joined(model: EmbeddingModel, inputs: list[str | Pieces]) -> list[str | list[int]]:
+    """Each input of ids and texts as token ids: ids as given, each text's tokens without the
+    model's special tokens, those around the whole when it starts with text (llama-server adds
+    them only then)."""
+    texts = [p for item in inputs if isinstance(item, list) for p in item if isinstance(p, str)]
+    if not texts:
+        return cast(list[str | list[int]], inputs)
+    bare, one, *tokens = await model.tokenize(["", "a", *texts])
+    # What the tokenizer puts around any text: [CLS] before and [SEP] after, say.
+    head = common_prefix(bare, one)
+    pieces = iter(t[head : len(t) - (len(bare) - head)] for t in tokens)
+    out: list[str | list[int]] = []
+    for item in inputs:
+        if isinstance(item, str) or not _has_text(item):
+            out.append(cast(str | list[int], item))
+            continue
+        ids = [i for p in item for i in ([p] if isinstance(p, int) else next(pieces))]
+        out.append([*bare[:head], *ids, *bare[head:]] if isinstance(item[0], str) else ids)
+    return out
+
+
+def _has_text(item: Pieces) -> bool:
+    return any(isinstance(piece, str) for piece in item)
+
+
+def _text(item: EmbeddingText, param: str) -> str:
+    if isinstance(item, str):
+        return item
+    if isinstance(item, ContentPrompt):
+        return "".join(part.text for part in item.content)
+    if item.multimodal_data:
+        raise invalid_request("an embedding model takes text only", f"{param}.multimodal_data")
+    return item.prompt_string
 
 
 def too_many(what: str, count: int, limit: int, flag: str, param: str) -> APIError:
@@ -137,7 +188,7 @@ async def embeddings(
     """The OpenAI list of embeddings, with usage."""
     inputs = await token_inputs(
         model,
-        input_batch(body.input),
+        await joined(model, input_batch(body.input, "input")),
         prefix=instruction_prefix(model, body.instruction),
         truncate=body.truncate,
         limits=limits,
@@ -172,7 +223,7 @@ async def native_embeddings(
     vectors (one per token with pooling none, else the one pooled vector)."""
     inputs = await token_inputs(
         model,
-        input_batch(body.content),
+        await joined(model, input_batch(body.content, "content")),
         prefix="",
         truncate=body.truncate,
         limits=limits,

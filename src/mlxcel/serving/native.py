@@ -14,13 +14,14 @@ from mlxcel.media.audio import SentMedia
 from mlxcel.media.images import LLAMA_MEDIA_MARKER, MEDIA_MARKER
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.chat import ChatCompletionRequest
-from mlxcel.protocol.common import SamplingFields, prompt_batch
+from mlxcel.protocol.common import SamplingFields
 from mlxcel.protocol.errors import invalid_request
 from mlxcel.protocol.native import (
     DetokenizeRequest,
     MultimodalPrompt,
     NativeCompletionRequest,
     TokenizeRequest,
+    native_batch,
 )
 from mlxcel.serving.chat import chat_prompt, chat_text
 from mlxcel.serving.chat_template import CHATML
@@ -196,7 +197,7 @@ def prepare_native(
         )
         return NativeJob(generations, [text], request)
     generator = model.generator
-    prompts = [tokenize_prompt(generator, prompt) for prompt in prompt_batch(request.prompt)]
+    prompts = [tokenize_prompt(generator, prompt) for prompt in native_batch(request.prompt)]
     return native_job(model, request, prompts, n_predict)
 
 

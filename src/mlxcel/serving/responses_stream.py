@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ from mlxcel.serving.responses import (
     usage_object,
 )
 from mlxcel.serving.text import events, start
+from mlxcel.serving.timings import timings_of
 
 logger = logging.getLogger(__name__)
 
@@ -39,9 +41,16 @@ async def response_events(run: ResponseRun, store: ResponseStore) -> AsyncIterat
     yield event("response.created", response=in_progress)
     yield event("response.in_progress", response=in_progress)
     output = run.output(event)
+    per_token = run.request.timings_per_token
     try:
         async for token in _prepend(first, tokens):
+            if token.progress is not None:
+                # llama-server's return_progress, as it sends it on this API.
+                progress = dataclasses.asdict(token.progress)
+                yield event("response.in_progress", response=in_progress, prompt_progress=progress)
             for item in output.feed(token.text):
+                if per_token and item["type"] == "response.output_text.delta":
+                    item["timings"] = timings_of(token)
                 yield item
             if token.finish_reason is None:
                 continue
@@ -55,7 +64,9 @@ async def response_events(run: ResponseRun, store: ResponseStore) -> AsyncIterat
                 token.cached_tokens,
                 output.reasoning or "",
             )
-            yield event(f"response.{status}", response=finish(run, store, status, output, usage))
+            final = finish(run, store, status, output, usage)
+            # llama-server's timings beside the response, as every other answer has them.
+            yield event(f"response.{status}", response=final, timings=timings_of(token))
     except Exception as exc:
         if isinstance(exc, APIError):
             message = exc.message

@@ -7,7 +7,7 @@ from typing import Any
 
 import jsonschema
 
-from mlxcel.parsers.schemas import closed_objects
+from mlxcel.parsers.schemas import closed_objects, tuple_items
 from mlxcel.protocol.common import SamplingFields
 from mlxcel.protocol.errors import invalid_request
 
@@ -35,6 +35,14 @@ def _depth(value: Any) -> int:
     return deepest
 
 
+def _valid_draft7(schema: dict[str, Any]) -> bool:
+    try:
+        jsonschema.Draft7Validator.check_schema(schema)
+    except jsonschema.SchemaError:
+        return False
+    return True
+
+
 def checked_schema(schema: Any, param: str) -> str:
     """The schema as JSON text, or a 400 naming `param` if it is not a valid JSON Schema or
     goes past MAX_SCHEMA_DEPTH or MAX_SCHEMA_BYTES."""
@@ -56,9 +64,13 @@ def checked_schema(schema: Any, param: str) -> str:
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
-        raise invalid_request(
-            f"invalid JSON schema: {exc.message}", param, "invalid_json_schema"
-        ) from exc
+        if "$schema" in schema or not _valid_draft7(schema):
+            raise invalid_request(
+                f"invalid JSON schema: {exc.message}", param, "invalid_json_schema"
+            ) from exc
+        # Valid as draft 7 (which llama-server reads, tuple `items` lists and all), not as
+        # the newest draft a schema without `$schema` is read as.
+        schema = tuple_items(schema)
     return json.dumps(closed_objects(schema))
 
 

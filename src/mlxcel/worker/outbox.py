@@ -98,6 +98,9 @@ class ForwardedMetrics:
     def stepped(self, sequences: int, tokens: int, prompt_tokens: int) -> None:
         self._record("stepped", sequences, tokens, prompt_tokens)
 
+    def measured(self, tokens: int, prompt_seconds: float, generation_seconds: float) -> None:
+        self._record("measured", tokens, prompt_seconds, generation_seconds)
+
     def load(self, running: int, waiting: int) -> None:
         # The scheduler sets the gauges on every turn of its loop; only a change travels.
         if (running, waiting) != self._load:

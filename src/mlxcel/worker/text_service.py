@@ -24,7 +24,7 @@ from mlxcel.engine.handle import ends
 from mlxcel.engine.media import TakesMedia
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.scheduler import Admitted
-from mlxcel.engine.slots import SlotState
+from mlxcel.engine.slots import SlotReport
 from mlxcel.engine.types import EngineError, MediaSpan, SamplingParams, TokenEvent
 from mlxcel.logs import request_scope
 from mlxcel.media.audio import SentMedia, decoded
@@ -118,7 +118,7 @@ class TextService:
             raise EngineError(exc.message, exc.code, exc.param) from exc
         return generator.tokenize_with_media(text, read)
 
-    def slots(self) -> list[tuple[SlotState, int, int]]:
+    def slots(self) -> list[SlotReport]:
         """The scheduler's snapshot for /slots."""
         return self._engine.scheduler.slots()
 

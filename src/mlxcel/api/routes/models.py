@@ -3,6 +3,7 @@ capabilities and state), and llama-server's router routes POST /models/load and 
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -36,7 +37,8 @@ def _listed(entry: ModelEntry, request: Request) -> dict[str, Any]:
         "object": "model",
         "created": request.app.state.started,
         "owned_by": "mlxcel",
-        "aliases": list(config.names[1:]),
+        "aliases": list(config.given_names),
+        "tags": list(config.tags),
         "capabilities": list(entry.capabilities),
         "input_modalities": list(config.input_modalities),
         "state": entry.state,
@@ -47,17 +49,40 @@ def _listed(entry: ModelEntry, request: Request) -> dict[str, Any]:
     return listed
 
 
+def _anthropic(entry: ModelEntry, request: Request) -> dict[str, Any]:
+    """One model in Anthropic's shape, for its SDK (which sends `anthropic-version`)."""
+    started = datetime.fromtimestamp(request.app.state.started, timezone.utc)
+    return {
+        "type": "model",
+        "id": entry.name,
+        "display_name": entry.name,
+        "created_at": started.isoformat().replace("+00:00", "Z"),
+    }
+
+
+def _from_anthropic(request: Request) -> bool:
+    return "anthropic-version" in request.headers
+
+
 @listing.get("/models")
 async def list_models(request: Request) -> dict[str, Any]:
-    """The configured models in OpenAI's list shape, with their capabilities and state."""
-    registry = loaded_registry(request)
-    return {"object": "list", "data": [_listed(e, request) for e in registry.entries()]}
+    """The configured models in OpenAI's list shape, with their capabilities and state; in
+    Anthropic's for its SDK."""
+    entries = loaded_registry(request).entries()
+    if _from_anthropic(request):
+        data = [_anthropic(e, request) for e in entries]
+        ids = [model["id"] for model in data]
+        first, last = (ids[0], ids[-1]) if ids else (None, None)
+        return {"data": data, "has_more": False, "first_id": first, "last_id": last}
+    return {"object": "list", "data": [_listed(e, request) for e in entries]}
 
 
 @listing.get("/models/{model_id:path}")
 async def retrieve_model(model_id: str, request: Request) -> dict[str, Any]:
-    """One configured model by any of its names (hub ids hold a slash); 404 for other names."""
-    return _listed(entry_for(request, model_id, None), request)
+    """One configured model by any of its names (hub ids hold a slash) or `default`; 404 for
+    other names."""
+    entry = entry_for(request, model_id, None)
+    return _anthropic(entry, request) if _from_anthropic(request) else _listed(entry, request)
 
 
 @router.post("/models/load")

@@ -1,5 +1,4 @@
-"""llama-server's own routes: /tokenize, /detokenize, /apply-template, /props, /completion,
-and token counting for chat requests."""
+"""llama-server's own routes: /tokenize, /detokenize, /apply-template, /props, /completion."""
 
 from __future__ import annotations
 
@@ -62,13 +61,6 @@ async def props(request: Request, model: str | None = None) -> dict[str, Any]:
         # Only the file's name on an open server (docs/security.md): not where it lives.
         answer["model_path"] = Path(answer["model_path"]).name
     return answer
-
-
-@router.post("/v1/chat/completions/input_tokens")
-async def input_tokens(body: ChatCompletionRequest, request: Request) -> dict[str, Any]:
-    """How many prompt tokens a chat request would take."""
-    model = await model_for(request, body.model)
-    return await asyncio.to_thread(native.count_input_tokens, model, body, model.tool_call_parser)
 
 
 def _without_done(response: StreamingResponse) -> StreamingResponse:

@@ -32,12 +32,20 @@ async def slots(request: Request, model: str | None = None) -> list[dict[str, An
     return [
         {
             "id": index,
-            "id_task": state.request_id,
+            "id_task": report.state.request_id,
             "n_ctx": n_ctx,
-            "is_processing": state.busy,
-            "n_prompt_tokens": n_prompt,
-            "n_cached_tokens": len(state.tokens),
-            "next_token": {"has_next_token": state.busy, "n_decoded": decoded},
+            "is_processing": report.state.busy,
+            "n_prompt_tokens": report.prompt_tokens,
+            "n_cached_tokens": len(report.state.tokens),
+            # A list of one, as llama-server's.
+            "next_token": [
+                {
+                    "has_next_token": report.state.busy,
+                    "has_new_line": report.new_line,
+                    "n_remain": report.remaining,
+                    "n_decoded": report.decoded,
+                }
+            ],
         }
-        for index, (state, decoded, n_prompt) in enumerate(slots)
+        for index, report in enumerate(slots)
     ]

@@ -1,4 +1,5 @@
-"""POST /chat/completions and /completions (served under /v1 and without it)."""
+"""POST /chat/completions, its token count /chat/completions/input_tokens, and /completions
+(served under /v1 and without it)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from mlxcel.protocol.completions import CompletionRequest
 from mlxcel.protocol.errors import APIError
 from mlxcel.serving.chat import chat_chunks, chat_completion, prepare_chat
 from mlxcel.serving.completions import completion, completion_chunks, prepare_completion
+from mlxcel.serving.native import count_input_tokens
 from mlxcel.serving.vision import chat_media, request_media
 
 router = APIRouter(route_class=CheckedJsonRoute, dependencies=[Depends(require_api_key)])
@@ -66,6 +68,13 @@ async def chat_completions(
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return await unless_disconnected(request, event_stream(chat_chunks(job, include_usage)))
     return await unless_disconnected(request, chat_completion(job))
+
+
+@router.post("/chat/completions/input_tokens")
+async def input_tokens(body: ChatCompletionRequest, request: Request) -> dict[str, Any]:
+    """How many prompt tokens a chat request would take."""
+    model = await model_for(request, body.model)
+    return await asyncio.to_thread(count_input_tokens, model, body, model.tool_call_parser)
 
 
 @router.post("/completions", response_model=None)
