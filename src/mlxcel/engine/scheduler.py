@@ -15,8 +15,8 @@ from mlxcel.engine.capabilities import SavesState
 from mlxcel.engine.handle import EventSink
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.prompt_cache import PromptCache, swap_cached
-from mlxcel.engine.sequence import Job, Running, about
-from mlxcel.engine.slots import SlotPool, SlotReport, SlotState
+from mlxcel.engine.sequence import Job, Running, about, slot_reports
+from mlxcel.engine.slots import SlotPool, SlotReport
 from mlxcel.engine.speculation import Speculation
 from mlxcel.engine.speculative import SpeculativeConfig
 from mlxcel.engine.types import (
@@ -75,13 +75,24 @@ class Scheduler:
         self._thread: threading.Thread | None = None
 
     def run(self) -> None:
-        """Be the engine thread: serve on the calling thread until `stop`. The thread that
-        opened the generator calls it, so that every call that computes (the warm-up, timing
-        drafts, each step) comes from one thread: llama.cpp's CPU backend keeps an OpenMP
-        pool of threads per calling thread, and with two pools on the cores its threads sleep
-        at every barrier instead of spinning (`python bench/compare.py --threads 2`)."""
+        """Serve on the calling thread until `stop`: the thread that opened the generator, so
+        that all its compute (warm-up, draft timing, steps) comes from one thread, as llama.cpp's
+        OpenMP keeps a thread pool per caller (docs/architecture.md, Measured choices)."""
         self._thread = threading.current_thread()
-        self._run()
+        while not self._stopping:
+            self._admit()
+            self._drop_cancelled()
+            if self._running:
+                self._step()
+        shutting_down = EngineError("the server is shutting down", "shutting_down")
+        for running in list(self._running):
+            self._finish(running, "", error=shutting_down)
+        with self._wakeup:
+            while self._waiting:
+                job = self._waiting.popleft()
+                self._metrics.finished("error")
+                job.handle.deliver(TokenEvent("", (), error=shutting_down))
+            self._update_gauges()
 
     def stop(self) -> None:
         """Finish the engine thread; running and waiting requests end with an error."""
@@ -128,33 +139,7 @@ class Scheduler:
 
     def slots(self) -> list[SlotReport]:
         """A snapshot for /slots: each slot's state and its request's progress."""
-        running = {r.slot: r for r in self._running}
-        snapshot = []
-        for index, slot in enumerate(self._pool.slots):
-            copy = SlotState(list(slot.tokens), slot.busy, slot.last_used, slot.request_id)
-            r = running.get(index)
-            if r is None:
-                snapshot.append(SlotReport(copy, 0, 0, -1, False))
-            else:
-                left = r.job.params.max_tokens - r.generated
-                snapshot.append(SlotReport(copy, r.generated, len(r.job.prompt), left, r.newline))
-        return snapshot
-
-    def _run(self) -> None:
-        while not self._stopping:
-            self._admit()
-            self._drop_cancelled()
-            if self._running:
-                self._step()
-        shutting_down = EngineError("the server is shutting down", "shutting_down")
-        for running in list(self._running):
-            self._finish(running, "", error=shutting_down)
-        with self._wakeup:
-            while self._waiting:
-                job = self._waiting.popleft()
-                self._metrics.finished("error")
-                job.handle.deliver(TokenEvent("", (), error=shutting_down))
-            self._update_gauges()
+        return slot_reports(self._pool.slots, self._running)
 
     def _next_job(self) -> Job | None:
         """The next waiting job to start, answering the ones that waited too long."""
@@ -195,8 +180,7 @@ class Scheduler:
             running = Running(job, slot, fed=cached, cached=cached, drafter=drafter)
             self._running.append(running)
             if job.params.return_progress:
-                # llama-server's first report, before any token is evaluated: what the cache
-                # held, at time 0.
+                # llama-server's first report, before any token is evaluated: the cache's, at 0.
                 progress = PromptProgress(len(job.prompt), cached, cached, 0.0)
                 job.handle.deliver(running.event("", progress=progress, now=running.started))
         self._update_gauges()

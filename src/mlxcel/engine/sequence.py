@@ -4,9 +4,11 @@ progress, text, stops and events."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from mlxcel.engine.handle import EventSink
+from mlxcel.engine.slots import SlotReport, SlotState
 from mlxcel.engine.speculative import Drafter
 from mlxcel.engine.text import IncrementalText, StopMatcher
 from mlxcel.engine.types import (
@@ -119,3 +121,18 @@ class Running:
 def about(job: Job) -> dict[str, str]:
     """Log `extra` naming the request a line is about (this thread serves every request)."""
     return {"request_id": job.handle.request_id}
+
+
+def slot_reports(slots: Sequence[SlotState], running: Sequence[Running]) -> list[SlotReport]:
+    """Each slot's state, copied, and the progress of the request running in it."""
+    by_slot = {r.slot: r for r in running}
+    reports = []
+    for index, slot in enumerate(slots):
+        copy = SlotState(list(slot.tokens), slot.busy, slot.last_used, slot.request_id)
+        r = by_slot.get(index)
+        if r is None:
+            reports.append(SlotReport(copy, 0, 0, -1, False))
+        else:
+            left = r.job.params.max_tokens - r.generated
+            reports.append(SlotReport(copy, r.generated, len(r.job.prompt), left, r.newline))
+    return reports
