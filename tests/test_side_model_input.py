@@ -48,3 +48,21 @@ def test_a_number_too_long_to_name_is_read_digit_by_digit(server: ServerProcess)
     # Digits of other scripts, and characters NFKC makes digits of, are read as the lexicon does.
     for text in ("\u0661" * 40, "\u2079" * 40, "\u2469" * 20):
         assert len(spoken(client, text, "pcm")) > 24_000, text
+
+
+def test_a_huge_embd_normalize_is_a_400_and_a_large_one_the_max_norm(
+    server: ServerProcess,
+) -> None:
+    """`embd_normalize` of 2**64 was a 500 (numpy cannot raise to it): past llama-server's C int
+    it is a 400 naming the field; a p-norm up to it is the p-norm, not the zeros that
+    |x|**p underflowing to 0 made past p ~ 100."""
+    for path, field in (("/v1/embeddings", "input"), ("/embedding", "content")):
+        for norm in (2**64, 2**31, -2):
+            status, answer = _post(server, path, json={field: "hello", "embd_normalize": norm})
+            assert (status, answer["error"]["param"]) == (400, "embd_normalize"), (path, norm)
+    for norm in (200, 2**31 - 1):
+        status, answer = _post(
+            server, "/v1/embeddings", json={"input": "hello", "embd_normalize": norm}
+        )
+        assert status == 200
+        assert max(abs(x) for x in answer["data"][0]["embedding"]) == pytest.approx(1.0), norm

@@ -97,10 +97,17 @@ def normalize(vector: np.ndarray, norm: int) -> np.ndarray:
     2 euclidean, p > 2 the p-norm; along the last axis."""
     if norm < 0:
         return vector
+    peak = np.abs(vector).max(axis=-1, keepdims=True)
     if norm == 0:
-        scale = np.abs(vector).max(axis=-1, keepdims=True) / 32760.0
-    else:
+        scale = peak / 32760.0
+    elif norm <= 2:
         scale = np.linalg.norm(vector, ord=norm, axis=-1, keepdims=True)
+    else:
+        # Over the peak first: |x|**p of a small float underflows to 0 past p ~ 100, which
+        # made the whole vector zeros; a ratio of at most 1 keeps the peak's term at 1.
+        ratio = np.divide(np.abs(vector), peak, out=np.zeros_like(vector), where=peak > 0)
+        total = (ratio.astype(np.float64) ** float(norm)).sum(axis=-1, keepdims=True)
+        scale = (peak * total ** (1.0 / norm)).astype(vector.dtype)
     return cast(np.ndarray, np.divide(vector, scale, out=np.zeros_like(vector), where=scale > 0))
 
 
