@@ -3,6 +3,7 @@ each now has a clear answer, over HTTP on one server holding a model of each kin
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -66,3 +67,25 @@ def test_a_huge_embd_normalize_is_a_400_and_a_large_one_the_max_norm(
         )
         assert status == 200
         assert max(abs(x) for x in answer["data"][0]["embedding"]) == pytest.approx(1.0), norm
+
+
+def _wav(bits: int, tag: int = 1) -> bytes:
+    """A mono 16 kHz WAV of silence whose header says `bits` per sample and format `tag`."""
+    fmt = struct.pack("<HHIIHH", tag, 1, 16_000, 32_000, 2, bits)
+    data = bytes(3200)
+    body = b"WAVEfmt " + struct.pack("<I", len(fmt)) + fmt + b"data"
+    body += struct.pack("<I", len(data)) + data
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def test_a_wav_in_no_known_encoding_is_a_400_naming_file(server: ServerProcess) -> None:
+    """A WAV whose header gives 0 bits per sample (or a format tag FFmpeg does not know) was a
+    500: FFmpeg opens it with no codec, which the decoder read the name of."""
+    assert _post(server, "/v1/audio/transcriptions", files={"file": ("a.wav", _wav(16))})[0] == 200
+    for bits, tag in ((0, 1), (0, 3), (65535, 1), (16, 0), (16, 0xFFFE)):
+        status, answer = _post(
+            server, "/v1/audio/transcriptions", files={"file": ("a.wav", _wav(bits, tag))}
+        )
+        error = answer["error"]
+        assert (status, error["param"], error["code"]) == (400, "file", "invalid_audio"), bits
+        assert "unknown or invalid encoding" in error["message"]
