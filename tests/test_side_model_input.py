@@ -4,6 +4,7 @@ each now has a clear answer, over HTTP on one server holding a model of each kin
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -89,3 +90,35 @@ def test_a_wav_in_no_known_encoding_is_a_400_naming_file(server: ServerProcess) 
         error = answer["error"]
         assert (status, error["param"], error["code"]) == (400, "file", "invalid_audio"), bits
         assert "unknown or invalid encoding" in error["message"]
+
+
+def test_an_embedding_input_too_large_for_the_model_is_refused_before_tokenizing(
+    server: ServerProcess,
+) -> None:
+    """A 30 MB input took 19-40 s of tokenizing before its 400: its size alone refuses it now
+    (MiniLM: 256 tokens of at most 18 bytes), or cuts it with truncate: true; inputs together
+    too large for --embedding-max-tokens are a 413, also before tokenizing."""
+    huge = "word " * 6_000_000
+    many = ["word " * 2_400] * 2_000  # each within MiniLM's size, 24 MB together
+    for body, status, code in (
+        ({"input": huge}, 400, "input_too_long"),
+        ({"input": ["fine", huge]}, 400, "input_too_long"),
+        ({"input": many}, 413, "request_too_large"),
+    ):
+        started = time.monotonic()
+        got, answer = _post(server, "/v1/embeddings", json=body)
+        assert (got, answer["error"]["code"], answer["error"]["param"]) == (status, code, "input")
+        assert time.monotonic() - started < 5
+    assert (
+        "input 1 is 30000000 bytes"
+        in _post(server, "/embedding", json={"content": ["a", huge]})[1]["error"]["message"]
+    )
+    started = time.monotonic()
+    cut = _post(server, "/v1/embeddings", json={"input": huge, "truncate": True})
+    assert time.monotonic() - started < 5
+    # Cut by its size, then by its tokens: the same vector as any text of the same 256 tokens.
+    same = _post(server, "/v1/embeddings", json={"input": "word " * 600, "truncate": True})
+    assert (cut[0], same[0]) == (200, 200)
+    assert cut[1]["data"][0]["embedding"] == pytest.approx(
+        same[1]["data"][0]["embedding"], abs=1e-6
+    )

@@ -10,6 +10,8 @@ from typing import Any, cast
 
 import numpy as np
 
+from mlxcel.backends.embeddings import EncoderInfo
+from mlxcel.engine.context import most_text_bytes
 from mlxcel.models.encoders import EmbeddingModel
 from mlxcel.protocol.embeddings import EmbeddingInput, EmbeddingRequest, NativeEmbeddingRequest
 from mlxcel.protocol.errors import APIError, invalid_request
@@ -44,6 +46,40 @@ def cut(ids: list[int], limit: int, end: int | None) -> list[int]:
     return ids[:limit]
 
 
+def within_size(text: str, info: EncoderInfo, truncate: bool, what: str, param: str) -> str:
+    """A text no longer than the model's longest input can be in bytes, checked before it is
+    tokenized (a 30 MB input took 19-40 s to tokenize, then was refused): cut there when the
+    request asks for truncation (the tokens kept are the same), else a 400 naming `param`."""
+    limit = most_text_bytes(info.max_tokens, info.longest_token)
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    if not truncate:
+        raise invalid_request(
+            f"{what} is {len(data)} bytes, more than the model's maximum of {info.max_tokens} "
+            "tokens can hold; shorten it or send truncate: true",
+            param=param,
+            code="input_too_long",
+        )
+    return data[:limit].decode(errors="ignore")
+
+
+def check_total_size(
+    texts: Sequence[str], info: EncoderInfo, limits: EncoderLimits, param: str
+) -> None:
+    """A 413 before tokenizing for texts together too long for --embedding-max-tokens."""
+    size = sum(len(text.encode()) for text in texts)
+    limit = most_text_bytes(limits.max_tokens, info.longest_token)
+    if size > limit:
+        raise APIError(
+            413,
+            f"the inputs are {size} bytes together, more than the limit of {limits.max_tokens} "
+            "tokens (--embedding-max-tokens) can hold",
+            param=param,
+            code="request_too_large",
+        )
+
+
 async def token_inputs(
     model: EmbeddingModel,
     inputs: list[str | list[int]],
@@ -59,10 +95,15 @@ async def token_inputs(
         raise invalid_request(f"'{param}' is empty: give at least one input", param=param)
     if len(inputs) > limits.max_inputs:
         raise too_many("inputs", len(inputs), limits.max_inputs, "--embedding-max-inputs", param)
-    texts = [(i, prefix + t) for i, t in enumerate(inputs) if isinstance(t, str)]
+    info = model.info
+    texts = [
+        (i, within_size(prefix + t, info, truncate, f"input {i}", param))
+        for i, t in enumerate(inputs)
+        if isinstance(t, str)
+    ]
+    check_total_size([t for _, t in texts], info, limits, param)
     tokens = await model.tokenize([t for _, t in texts]) if texts else []
     tokenized = dict(zip((i for i, _ in texts), tokens, strict=True))
-    info = model.info
     out: list[list[int]] = []
     for index, item in enumerate(inputs):
         ids = tokenized.get(index) if isinstance(item, str) else item

@@ -35,7 +35,12 @@ from mlxcel.serving.text import (
     stream_all,
 )
 from mlxcel.serving.timings import timings_of
-from mlxcel.serving.tokens import check_vocabulary, detokenize_ids, tokenize_prompt
+from mlxcel.serving.tokens import (
+    check_text_size,
+    check_vocabulary,
+    detokenize_ids,
+    tokenize_prompt,
+)
 from mlxcel.serving.vision import laid_out
 
 # What llama-server reports as the seed of a request that asked for none (LLAMA_DEFAULT_SEED).
@@ -53,6 +58,7 @@ def _piece(data: bytes) -> str | list[int]:
 def tokenize(model: LoadedModel, request: TokenizeRequest) -> dict[str, Any]:
     """POST /tokenize: ids, or {id, piece} objects when pieces are asked for."""
     generator = model.generator
+    check_text_size(generator, request.content, "content")
     ids = generator.tokenize(
         request.content, add_special=request.add_special, parse_special=request.parse_special
     )
