@@ -7,6 +7,8 @@ file descriptor) for ever. This protocol adds, per connection:
 - a header timeout: the request line and headers must arrive in full within it, counted from
   the connection's start or from the first byte of a later request on it;
 - a body timeout: a body that stops arriving for that long ends the request;
+- a body deadline: a body must arrive whole within it, counted from when the request head
+  was read, so one trickled a byte at a time under the body timeout still ends;
 - a cap on open connections: past it, the connection that has waited longest without a whole
   request is closed to make room (an attacker's half-open ones go first); only when every
   connection holds a request in progress is the new one answered 503 and closed, so requests
@@ -44,6 +46,7 @@ class ConnectionLimits:
 
     header_timeout: float
     body_timeout: float
+    body_deadline: float
     max_connections: int
 
 
@@ -96,6 +99,8 @@ def guarded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
     class GuardedProtocol(H11Protocol):
         _timer: asyncio.TimerHandle | None = None
         _refused = False
+        # When the body of the request being read must have arrived (loop time).
+        _body_due: float | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             if len(self.connections) >= limits.max_connections and not _make_room():
@@ -153,10 +158,20 @@ def guarded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
                     self._wait_for_head()
             elif state is h11.SEND_BODY:
                 waiting[self] = None
-                self._arm(limits.body_timeout, self._body_stalled)
+                if self._body_due is None:
+                    self._body_due = self.loop.time() + limits.body_deadline
+                self._arm_body_timer()
+                return
             else:
                 self._cancel_timer()
                 waiting.pop(self, None)
+            self._body_due = None
+
+        def _arm_body_timer(self) -> None:
+            """The body timeout from now, or the body's deadline if that comes first."""
+            assert self._body_due is not None
+            left = self._body_due - self.loop.time()
+            self._arm(min(limits.body_timeout, max(left, 0.0)), self._body_late)
 
         def _wait_for_head(self) -> None:
             waiting[self] = None
@@ -178,11 +193,16 @@ def guarded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
                     f"the request headers did not arrive within {limits.header_timeout:g} s"
                 )
 
-        def _body_stalled(self) -> None:
+        def _body_late(self) -> None:
             self._timer = None
             if self.flow.read_paused:
                 # The app has not read what came: the client is not the one stalling.
-                self._arm(limits.body_timeout, self._body_stalled)
+                self._arm(limits.body_timeout, self._body_late)
+                return
+            if self._body_due is not None and self.loop.time() >= self._body_due:
+                self._time_out(
+                    f"the request body did not arrive whole within {limits.body_deadline:g} s"
+                )
                 return
             self._time_out(f"the request body stalled for {limits.body_timeout:g} s")
 

@@ -197,7 +197,10 @@ def serve(config: ServerConfig) -> int:
     bound = config.socket.lstat() if config.socket else None
     app = create_app(config)
     limits = ConnectionLimits(
-        config.header_timeout, config.body_timeout, file_limit_for(config.max_connections)
+        config.header_timeout,
+        config.body_timeout,
+        config.body_deadline,
+        file_limit_for(config.max_connections),
     )
     uv_config = uvicorn.Config(
         app,
