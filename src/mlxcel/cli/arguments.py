@@ -73,9 +73,15 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY",
-        help=f"require this API key; repeatable (also ${defaults.API_KEY_ENV}, comma-separated)",
+        help="require this API key; repeatable. Every user of the machine can read it in the "
+        f"process list: prefer --api-key-file or ${defaults.API_KEY_ENV} (comma-separated)",
     )
-    add("--api-key-file", type=Path, metavar="FILE", help="file with one API key per line")
+    add(
+        "--api-key-file",
+        type=Path,
+        metavar="FILE",
+        help="file with one API key per line (kept out of the process list, unlike --api-key)",
+    )
     add(
         "-c",
         "--ctx-size",

@@ -168,6 +168,12 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         for item in file.ignored:
             logger.warning("%s: accepted, not acted on yet", item)
     check_api_keys(parser, api_keys)
+    if args.api_key:
+        logger.warning(
+            "--api-key puts the key in the command line, which every user of this machine can "
+            "read (ps, /proc/PID/cmdline); give it with --api-key-file FILE or $%s instead",
+            defaults.API_KEY_ENV,
+        )
     # A server flag given on the command line wins over the file's server section.
     for dest in _SERVER_FLAGS:
         if dest not in server or getattr(args, dest) != parser.get_default(dest):
