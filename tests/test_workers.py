@@ -141,6 +141,9 @@ def test_killed_worker_fails_its_requests_and_restarts_on_the_next(pair: ServerP
     assert listed["a"]["state"] == "failed" and listed["a"]["meta"]["pid"] is None
     assert "killed by SIGKILL" in listed["a"]["reason"]
     assert listed["b"]["state"] == "loaded"
+    # Nothing runs or waits on the dead worker: /metrics kept its last counts (1 and 1).
+    assert pair.metric("mlxcel_requests_running", model="a") == 0
+    assert pair.metric("mlxcel_requests_waiting", model="a") == 0
 
     # The next request starts a new worker for the model.
     reply = client.chat.completions.create(model="a", messages=HELLO, max_tokens=3)

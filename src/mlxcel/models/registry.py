@@ -226,6 +226,8 @@ class ModelRegistry:
             return
         entry.model, entry.state, entry.reason = None, "failed", reason
         entry.failures.append(time.monotonic())
+        # /metrics showed the dead worker's last counts until the model loaded again.
+        self._metrics.bind(entry.name).engine_gone()
         logger.error("model '%s' failed: %s", entry.name, reason)
         # What the model kept in this process (an encoder's batcher thread, an image model's
         # queue) goes with it.
