@@ -8,8 +8,15 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from mlxcel.engine.types import EngineError
 from mlxcel.models.remote import WorkerGone
-from mlxcel.protocol.errors import APIError, field_error, invalid_request, model_unavailable
+from mlxcel.protocol.errors import (
+    APIError,
+    field_error,
+    invalid_request,
+    model_unavailable,
+    unavailable_now,
+)
 
 # Validation errors about a field or content part the server knows but does not do.
 _UNSUPPORTED = ("unsupported_value", "unsupported_content_part")
@@ -77,6 +84,12 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.status_code == 405:
             headers = {**(headers or {}), "Allow": allowed_methods(request)}
         return error_response(APIError(exc.status_code, message, code=code, headers=headers))
+
+    @app.exception_handler(EngineError)
+    async def _engine(_: Request, exc: EngineError) -> JSONResponse:
+        # A call into a model's worker ended by the engine, past a route's own handling: the
+        # shutdown timeout ending an embedding batch or a transcription.
+        return error_response(unavailable_now(exc) or APIError(500, str(exc), code=exc.code))
 
     @app.exception_handler(WorkerGone)
     async def _worker_gone(_: Request, exc: WorkerGone) -> JSONResponse:

@@ -24,6 +24,7 @@ from mlxcel.api.app import create_app
 from mlxcel.api.connections import ConnectionLimits, file_limit_for, guarded_protocol
 from mlxcel.api.shutdown import ABORT_GRACE_S, DrainingServer
 from mlxcel.config.settings import ServerConfig
+from mlxcel.engine.image_queue import SHUTTING_DOWN
 from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.models.entry import ModelUnavailable
 from mlxcel.models.images import ImageModel
@@ -120,15 +121,17 @@ def _cannot_listen(config: ServerConfig, exc: OSError) -> str:
 
 
 def _stop_engines(app: FastAPI) -> None:
-    """End every generation in flight, and every one waiting, with a shutdown error: text at
-    its next token, images at their next denoising step (the other kinds' requests finish or
-    fail as their models close)."""
+    """End every request in flight, and every one waiting, with a shutdown error: text at its
+    next token, images at their next denoising step, the other kinds' calls and streams into
+    their workers (a transcription, a speech, an embedding batch) now."""
     registry: ModelRegistry | None = getattr(app.state, "models", None)
     for model in registry.loaded() if registry is not None else []:
         if isinstance(model, LoadedModel):
             model.scheduler.stop()
         elif isinstance(model, ImageModel):
             model.queue.stop()
+        else:
+            model.worker.abort(SHUTTING_DOWN)
 
 
 async def _serve(

@@ -77,6 +77,17 @@ def model_unavailable(message: str) -> APIError:
     return APIError(503, message, code="model_unavailable", headers={"Retry-After": "1"})
 
 
+def unavailable_now(error: EngineError) -> APIError | None:
+    """The 503 an engine's error means when it says the work cannot go on now (the server
+    is shutting down, the queue is full, the model's worker is gone); None for other errors."""
+    helper = {
+        "shutting_down": shutting_down,
+        "server_busy": server_busy,
+        "model_unavailable": model_unavailable,
+    }.get(error.code)
+    return helper(str(error)) if helper is not None else None
+
+
 def refused(error: EngineError, param: str) -> APIError:
     """A 400 for an engine that refused a request's prompt: naming the field the error names
     (an image that does not decode), else `param`, the prompt's own."""
