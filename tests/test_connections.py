@@ -110,6 +110,24 @@ def test_a_body_trickled_under_the_stall_timeout_ends_at_the_deadline(
     assert BODY_DEADLINE - 0.5 < took < BODY_DEADLINE + 3
 
 
+def test_a_request_head_past_16_kib_is_a_400_even_in_one_read(strict: ServerProcess) -> None:
+    """h11 bounds only a head still incomplete: 126 KB of headers arriving in one read were
+    taken. A head past 16 KiB is a 400 however it comes; one just under it is served."""
+    for size, status in ((126_000, 400), (20_000, 400), (15_000, 200)):
+        head = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * size
+        response = _until_closed(_connect(strict, head + b"\r\nConnection: close\r\n\r\n"))
+        assert response.startswith(f"HTTP/1.1 {status}".encode()), (size, response[:200])
+        if status == 400:
+            assert _error(response)[1]["code"] == "invalid_http"
+            assert "larger than 16 KiB" in str(_error(response)[1]["message"])
+    # A small head whose CRLFCRLF straddles two reads, and a body after it, are served.
+    sock = _connect(strict, b"POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n")
+    sock.sendall(b"Content-Length: 19\r\n\r")
+    time.sleep(0.2)
+    sock.sendall(b'\n{"content": "hi!!"}')
+    assert _until_closed(sock).startswith(b"HTTP/1.1 200")
+
+
 def test_an_idle_kept_alive_connection_is_closed(strict: ServerProcess) -> None:
     sock = _connect(strict, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     response = _until_closed(sock)

@@ -38,6 +38,10 @@ logger = logging.getLogger(__name__)
 RESERVED_FILES = 256
 # Seconds between log lines about connections closed to make room (an attack makes thousands).
 EVICTION_LOG_INTERVAL = 60.0
+# The longest request head (line and headers), h11's default: h11 bounds only a head still
+# incomplete, so a larger one that arrived whole in one read (126 KB here) was taken; the
+# protocol below checks a whole head too, and uvicorn is given the same bound.
+MAX_HEAD_BYTES = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,9 @@ def guarded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
     class GuardedProtocol(H11Protocol):
         _timer: asyncio.TimerHandle | None = None
         _refused = False
+        # The request head read so far: its size, and its last bytes (a CRLFCRLF may straddle).
+        _head_bytes = 0
+        _head_tail = b""
         # When the body of the request being read must have arrived (loop time).
         _body_due: float | None = None
 
@@ -132,8 +139,25 @@ def guarded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
         def data_received(self, data: bytes) -> None:
             if self._refused:
                 return
+            if self.conn.their_state is h11.IDLE and self._head_too_large(data):
+                self.send_400_response(
+                    f"the request head is larger than {MAX_HEAD_BYTES // 1024} KiB"
+                )
+                return
             super().data_received(data)
             self._track()
+
+        def _head_too_large(self, data: bytes) -> bool:
+            """Whether the request head `data` continues (or ends) is past MAX_HEAD_BYTES."""
+            joined = self._head_tail + data
+            end = joined.find(b"\r\n\r\n")
+            if end < 0:
+                self._head_bytes += len(data)
+                self._head_tail = joined[-3:]
+                return self._head_bytes > MAX_HEAD_BYTES
+            size = self._head_bytes - len(self._head_tail) + end + 4
+            self._head_bytes, self._head_tail = 0, b""
+            return size > MAX_HEAD_BYTES
 
         def on_response_complete(self) -> None:
             super().on_response_complete()

@@ -21,7 +21,12 @@ import uvicorn
 from fastapi import FastAPI
 
 from mlxcel.api.app import create_app
-from mlxcel.api.connections import ConnectionLimits, file_limit_for, guarded_protocol
+from mlxcel.api.connections import (
+    MAX_HEAD_BYTES,
+    ConnectionLimits,
+    file_limit_for,
+    guarded_protocol,
+)
 from mlxcel.api.shutdown import ABORT_GRACE_S, DrainingServer
 from mlxcel.config.settings import ServerConfig
 from mlxcel.engine.image_queue import SHUTTING_DOWN
@@ -210,6 +215,7 @@ def serve(config: ServerConfig) -> int:
         host=config.host,
         port=config.port,
         http=guarded_protocol(limits),
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
         timeout_keep_alive=config.keep_alive_timeout,
         log_config=None,
         access_log=False,
