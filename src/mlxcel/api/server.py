@@ -7,6 +7,7 @@ exit code 2; so is a model that fails to load, with nothing after it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -237,4 +238,8 @@ def serve(config: ServerConfig) -> int:
             registry.close()
         if config.socket and bound is not None:
             _remove_socket(config.socket, (bound.st_dev, bound.st_ino))
+            if config.remove_socket_dir:
+                # Only an empty directory goes: whatever else someone put there stays.
+                with contextlib.suppress(OSError):
+                    config.socket.parent.rmdir()
     return EXIT_CANNOT_START if app.state.load_error is not None else 0

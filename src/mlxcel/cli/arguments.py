@@ -246,6 +246,12 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="shut down when standard input reaches end of file (the Python client's managed "
         "server follows its parent process so)",
     )
+    add(
+        "--remove-socket-dir",
+        action="store_true",
+        help="at exit, remove the --socket file's directory too if it is then empty (the Python "
+        "client's private temporary one, which a parent killed with SIGKILL cannot remove)",
+    )
     add_image_url_flags(add)
     add("--no-warmup", action="store_true", help="skip the warm-up run after loading")
     add("--no-webui", action="store_true", help="do not serve the browser playground at /")

@@ -188,6 +188,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         strict_model_names=args.strict_model_names,
         shutdown_timeout=args.shutdown_timeout,
         exit_on_stdin_close=args.exit_on_stdin_close,
+        remove_socket_dir=args.remove_socket_dir,
         cors_origins=parse_origins(args.cors_origins) if args.cors_origins else (),
         media=media_policy(args),
         **encoder_config(parser, args),

@@ -329,6 +329,8 @@ class ServerConfig:
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
     """Seconds requests in flight may take to finish after SIGTERM or SIGINT."""
     exit_on_stdin_close: bool = False
+    remove_socket_dir: bool = False
+    """At exit, remove the socket file's directory if it is empty (the managed client's)."""
     """Shut down when standard input reaches end of file (how a managed server follows its
     parent)."""
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
