@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -221,6 +222,28 @@ def test_killed_encoder_and_audio_workers_fail_their_requests(pair: ServerProces
         assert listed[name]["state"] == "loaded"
         assert listed[name]["meta"]["pid"] not in (pid, None)
         assert listed[name]["meta"]["requests"] == 0
+
+
+def test_past_its_restarts_a_model_says_when_it_may_restart(tmp_path: Path) -> None:
+    """A model whose worker died three times within a minute is not restarted for the rest of
+    that minute; its 503s said Retry-After: 1 all that time (~53 s measured), and now say
+    how long is left."""
+    server = start(tmp_path, "--threads", "1")
+    try:
+        with server.http() as http:
+            for _ in range(3):
+                (pid,) = server.workers()
+                os.kill(pid, signal.SIGKILL)
+                _wait_for(
+                    lambda: all(m["state"] == "failed" for m in _listed(server).values()), "failed"
+                )
+                response = http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1})
+            assert response.status_code == 503, response.text
+            assert response.json()["error"]["code"] == "model_unavailable"
+            assert 50 <= int(response.headers["retry-after"]) <= 60
+            assert "it may restart in" in response.json()["error"]["message"]
+    finally:
+        server.stop()
 
 
 def test_unloading_ends_the_worker(pair: ServerProcess) -> None:

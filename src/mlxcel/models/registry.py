@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Iterable
 from contextlib import nullcontext
@@ -161,10 +162,14 @@ class ModelRegistry:
                 if error is not None:
                     raise ModelUnavailable(error)
                 continue
-            if entry.state == "failed" and not entry.may_restart(time.monotonic()):
+            now = time.monotonic()
+            if entry.state == "failed" and not entry.may_restart(now):
+                wait = entry.restart_in(now)
                 raise ModelUnavailable(
                     f"the model '{entry.name}' failed {RESTARTS_PER_WINDOW} times within "
-                    f"{RESTART_WINDOW_S:g}s, last: {entry.reason}; retry later"
+                    f"{RESTART_WINDOW_S:g}s, last: {entry.reason}; it may restart in "
+                    f"{math.ceil(wait)}s",
+                    retry_after=wait,
                 )
             entry.task = asyncio.ensure_future(self._load(entry))
 

@@ -72,9 +72,12 @@ def shutting_down(message: str) -> APIError:
     return APIError(503, message, code="shutting_down")
 
 
-def model_unavailable(message: str) -> APIError:
-    """A 503 that says retry: the model's worker died under the request, or it cannot load."""
-    return APIError(503, message, code="model_unavailable", headers={"Retry-After": "1"})
+def model_unavailable(message: str, retry_after: int = 1) -> APIError:
+    """A 503 that says retry (after `retry_after` seconds): the model's worker died under the
+    request, or it cannot load."""
+    return APIError(
+        503, message, code="model_unavailable", headers={"Retry-After": str(retry_after)}
+    )
 
 
 def unavailable_now(error: EngineError) -> APIError | None:
