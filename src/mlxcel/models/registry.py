@@ -183,6 +183,13 @@ class ModelRegistry:
                 started = time.monotonic()
                 logger.info("loading model '%s'", entry.name)
                 model, size = await self._open(entry)
+                budget = self._max_memory
+                if budget is not None and size is not None and size > budget:
+                    # Its first load was sized from its file, which is less than a worker
+                    # holds: measured, it alone is past the budget, so it does not stay.
+                    entry.size = size
+                    await asyncio.to_thread(model.close)
+                    raise NoRoom(self._never_fits(entry, size))
         except NoRoom as exc:
             entry.state = "unloaded"
             logger.warning("%s", exc)
@@ -245,6 +252,9 @@ class ModelRegistry:
         if budget is None:
             return
         need = self._expected_size(entry)
+        if need > budget:
+            # No eviction can make room: leave the other models loaded.
+            raise NoRoom(self._never_fits(entry, need))
         while True:
             holders = [e for e in self._entries if e.state in ("loaded", "unloading")]
             held = sum(e.expected_size for e in holders)
@@ -265,6 +275,12 @@ class ModelRegistry:
             if measured:
                 return max(measured)
         return entry.expected_size
+
+    def _never_fits(self, entry: ModelEntry, need: int) -> str:
+        return (
+            f"not enough memory for the model '{entry.name}': it takes about {mib(need)} "
+            f"loaded, more than the whole --max-memory of {mib(self._max_memory or 0)}"
+        )
 
     def _no_room(self, entry: ModelEntry, need: int, held: int, holders: list[ModelEntry]) -> str:
         def why(e: ModelEntry) -> str:
