@@ -55,6 +55,24 @@ def test_every_configured_key_works(keyed: ServerProcess, key: str) -> None:
     assert response.model == "smol"
 
 
+def test_only_a_key_on_the_command_line_is_warned_about(
+    keyed: ServerProcess, tmp_path: Path
+) -> None:
+    """Any user of the machine reads a process's command line (ps): the server says so when
+    a key comes from --api-key, and not when it comes from a file or the environment."""
+    assert "--api-key puts the key in the command line" in keyed.log()
+    assert "--api-key-file FILE or $MLXCEL_API_KEY" in keyed.log()
+    key_file = tmp_path / "keys.txt"
+    key_file.write_text("from-file\n")
+    quiet = start(tmp_path, "--api-key-file", str(key_file), env={"MLXCEL_API_KEY": "env"})
+    try:
+        with quiet.http() as http:
+            assert http.get("/v1/models", headers={"X-Api-Key": "from-file"}).status_code == 200
+        assert "--api-key puts" not in quiet.log()
+    finally:
+        quiet.stop()
+
+
 def test_health_is_public(keyed: ServerProcess) -> None:
     with keyed.http() as http:
         assert http.get("/health").json() == {"status": "ok"}

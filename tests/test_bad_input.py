@@ -146,6 +146,7 @@ def test_a_prompt_far_beyond_the_context_is_refused_from_its_size(
         ("/v1/completions", {"prompt": text, "max_tokens": 1}),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": text}]}),
         ("/v1/responses", {"input": text}),
+        ("/tokenize", {"content": text}),
     ):
         response = http.post(path, json=body)
         assert response.status_code == 400, (path, response.text)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -16,6 +17,7 @@ from tests.server_process import ServerProcess
 
 CHAT = {"messages": [{"role": "user", "content": "Count"}], "max_tokens": 200, "ignore_eos": True}
 CAP = 2
+BODY_DEADLINE = 3
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +34,8 @@ def strict(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         "1",
         "--body-timeout",
         "1",
+        "--body-deadline",
+        str(BODY_DEADLINE),
         "--keep-alive-timeout",
         "1",
         "--max-connections",
@@ -82,6 +86,46 @@ def test_a_body_shorter_than_its_length_times_out(strict: ServerProcess) -> None
     )
     status, error = _error(_until_closed(_connect(strict, head + b'{"messages"')))
     assert status == 408 and "body" in str(error["message"])
+
+
+def test_a_body_trickled_under_the_stall_timeout_ends_at_the_deadline(
+    strict: ServerProcess,
+) -> None:
+    """A byte every half second never stalls 1 s, and kept the connection open for as long as
+    the client liked: the whole body must arrive within --body-deadline."""
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+    )
+    sock = _connect(strict, head)
+    started = time.monotonic()
+    with contextlib.suppress(OSError):
+        while time.monotonic() - started < 20:
+            sock.sendall(b" ")
+            time.sleep(0.5)
+    took = time.monotonic() - started
+    status, error = _error(_until_closed(sock))
+    assert (status, error["code"]) == (408, "request_timeout")
+    assert f"did not arrive whole within {BODY_DEADLINE} s" in str(error["message"])
+    assert BODY_DEADLINE - 0.5 < took < BODY_DEADLINE + 3
+
+
+def test_a_request_head_past_16_kib_is_a_400_even_in_one_read(strict: ServerProcess) -> None:
+    """h11 bounds only a head still incomplete: 126 KB of headers arriving in one read were
+    taken. A head past 16 KiB is a 400 however it comes; one just under it is served."""
+    for size, status in ((126_000, 400), (20_000, 400), (15_000, 200)):
+        head = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * size
+        response = _until_closed(_connect(strict, head + b"\r\nConnection: close\r\n\r\n"))
+        assert response.startswith(f"HTTP/1.1 {status}".encode()), (size, response[:200])
+        if status == 400:
+            assert _error(response)[1]["code"] == "invalid_http"
+            assert "larger than 16 KiB" in str(_error(response)[1]["message"])
+    # A small head whose CRLFCRLF straddles two reads, and a body after it, are served.
+    sock = _connect(strict, b"POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n")
+    sock.sendall(b"Content-Length: 19\r\n\r")
+    time.sleep(0.2)
+    sock.sendall(b'\n{"content": "hi!!"}')
+    assert _until_closed(sock).startswith(b"HTTP/1.1 200")
 
 
 def test_an_idle_kept_alive_connection_is_closed(strict: ServerProcess) -> None:

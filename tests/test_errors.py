@@ -164,6 +164,16 @@ def test_unknown_route_and_method(http: httpx.Client) -> None:
     assert_envelope(http.get("/v1/chat/completions"), 405, "invalid_request_error")
 
 
+def test_a_405_allows_every_method_of_the_path(http: httpx.Client) -> None:
+    """Starlette named the first route whose path matched: OPTIONS /models/load said only GET
+    (of /models/{model}), though POST loads a model there."""
+    for method in ("OPTIONS", "PUT", "DELETE"):
+        response = http.request(method, "/models/load")
+        assert_envelope(response, 405, "invalid_request_error")
+        assert response.headers["allow"] == "GET, POST", method
+    assert http.request("PUT", "/v1/chat/completions").headers["allow"] == "POST"
+
+
 def test_server_still_serves_after_errors(client: openai.OpenAI) -> None:
     response = client.chat.completions.create(model="default", messages=HELLO, max_tokens=3)
     assert response.choices[0].message.content is not None

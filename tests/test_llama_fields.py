@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from mlxcel.serving.native import ANSWER_FIELDS
 from tests.conftest import ok, serving
 from tests.server_process import ServerProcess
 
@@ -121,6 +122,21 @@ def test_response_fields(http: httpx.Client) -> None:
     answer = complete(http, n_predict=3, response_fields=wanted)
     assert set(answer) == {"content", "generation_settings/n_predict", "timings/cache_n"}
     assert answer["generation_settings/n_predict"] == 3
+
+
+def test_response_fields_never_answer_an_empty_object(http: httpx.Client) -> None:
+    """Fields that name nothing of the answer made /completion answer {}: a 400 naming
+    response_fields, before any work when no top-level name is a field."""
+    for wanted in (["no_such_field"], ["nope", "timings/cache_n/x"], ["timings/nothing"]):
+        response = http.post(
+            "/completion", json={"prompt": COUNTING, "n_predict": 2, "response_fields": wanted}
+        )
+        assert response.status_code == 400, (wanted, response.text)
+        assert response.json()["error"]["param"] == "response_fields"
+        assert "content" in response.json()["error"]["message"]
+    # Every field the answer has can be asked for.
+    full = complete(http, n_predict=2, n_probs=1)
+    assert set(full) <= ANSWER_FIELDS and "completion_probabilities" in full
 
 
 def test_batch_prompts_on_completion(http: httpx.Client) -> None:

@@ -93,6 +93,32 @@ def test_budget_evicts_the_least_recently_used_idle_model_never_a_busy_one(
         proc.stop()
 
 
+def test_a_model_past_the_whole_budget_never_stays_nor_evicts(
+    tmp_path: Path, model_size: int
+) -> None:
+    """Sized from its file for its first load, a model whose worker holds more than the whole
+    budget was loaded anyway (235 MiB under 150 MiB); once its size was known it still evicted
+    every idle model before its 503. Measured past the budget, it is unloaded with a 503
+    saying so; after that it is refused at once and the others stay."""
+    budget = (default_gguf().stat().st_size + model_size) // 2
+    config = tmp_path / "m.yaml"
+    config.write_text(_models(["big"], on_demand="true"))
+    proc = start(tmp_path, "--config", str(config), "--max-memory", str(budget))
+    try:
+        client = proc.openai()
+        for _ in range(2):
+            with pytest.raises(openai.InternalServerError) as caught:
+                client.completions.create(model="big", prompt="Hi", max_tokens=2)
+            assert caught.value.status_code == 503
+            assert "more than the whole --max-memory" in str(caught.value.body)
+            assert _states(proc) == {"big": "unloaded"}
+            assert not proc.workers()
+        # The second time its measured size refused it before any load.
+        assert proc.log().count("loading model 'big'") == 1
+    finally:
+        proc.stop()
+
+
 def test_pinned_model_is_never_evicted(tmp_path: Path, model_size: int) -> None:
     budget = int(model_size * 1.5)
     config = tmp_path / "m.yaml"

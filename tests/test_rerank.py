@@ -5,6 +5,7 @@ Cohere v2's and TEI's shapes."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -120,6 +121,32 @@ def test_bad_requests(server: ServerProcess, model: str) -> None:
         post(server, model, "/v1/rerank", query=QUERY, texts=["capital " * 200], truncate=True)
     )
     assert len(cut) == 1
+
+
+def test_a_text_too_large_for_the_model_is_refused_before_tokenizing(
+    server: ServerProcess, model: str
+) -> None:
+    """A 30 MB query or document took seconds of tokenizing before its 400 (19-40 s on
+    MiniLM): its size alone refuses it now, on every engine; truncate: true cuts a document
+    first, and the answer gives it back as it was sent."""
+    huge = "capital " * 3_750_000
+    for body, param in (
+        ({"query": huge, "documents": DOCUMENTS}, "query"),
+        ({"query": QUERY, "documents": [huge]}, "documents"),
+        ({"query": huge, "documents": DOCUMENTS, "truncate": True}, "query"),
+    ):
+        started = time.monotonic()
+        answer = post(server, model, "/v1/rerank", **body)
+        assert time.monotonic() - started < 5
+        assert answer.status_code == 400, answer.text
+        assert (answer.json()["error"]["param"], answer.json()["error"]["code"]) == (
+            param,
+            "input_too_long",
+        )
+    started = time.monotonic()
+    cut = ok(post(server, model, "/v1/rerank", query=QUERY, documents=[huge], truncate=True))
+    assert time.monotonic() - started < 5
+    assert cut["results"][0]["document"]["text"] == huge
 
 
 def test_cohere_v2_shape(server: ServerProcess, model: str) -> None:

@@ -191,3 +191,88 @@ def test_socket_takes_over_a_socket_file_nobody_listens_on(tmp_path: Path) -> No
         server.stop()
     assert server.process.returncode == 0
     assert not path.exists()
+
+
+@pytest.mark.slow
+def test_sigterm_ends_an_embedding_batch_at_the_timeout(tmp_path: Path) -> None:
+    """An embedding batch is one call into its worker that runs for a minute here: past
+    --shutdown-timeout its client got a plain-text 500 and the server waited for the batch to
+    end. Now the request gets 503 shutting_down in the envelope at the timeout, and the server
+    exits within the timeout plus a few seconds (the busy worker is killed)."""
+    server = start(tmp_path, "--embedding-model", "default", "--shutdown-timeout", "2")
+    inputs = ["word " * 250] * 1000  # 250k tokens: about a minute of MiniLM on one thread
+    try:
+        with server.http() as http:
+            answers: list[tuple[httpx.Response, float]] = []
+
+            def ask() -> None:
+                response = http.post("/v1/embeddings", json={"input": inputs}, timeout=300)
+                answers.append((response, time.monotonic()))
+
+            asking = threading.Thread(target=ask)
+            asking.start()
+            time.sleep(5)  # tokenized, and the batch running in the worker
+            workers = server.workers()
+            sent = time.monotonic()
+            server.process.send_signal(signal.SIGTERM)
+            asking.join()
+        assert server.process.wait(timeout=120) == 0
+        exited = time.monotonic() - sent
+        ((response, answered),) = answers
+        assert response.status_code == 503, response.text
+        assert response.json()["error"]["code"] == "shutting_down"
+        assert answered - sent < 2 + 3
+        assert exited < 2 + 15, exited
+        assert not any(alive(pid) for pid in workers)
+    finally:
+        server.stop()
+    assert "Traceback" not in server.log()
+
+
+@pytest.mark.slow
+def test_sigterm_ends_a_streamed_transcription_with_an_error_event(tmp_path: Path) -> None:
+    """A streamed transcription was cut with no error event, and the server waited for its
+    worker: at the timeout it ends with an `error` event naming shutting_down."""
+    server = start(
+        tmp_path,
+        "--transcription-model", "default", "--speech-model", "default",
+        "--shutdown-timeout", "2",
+    )  # fmt: skip
+    sentence = "Please send the report to the office by Friday morning. "
+    try:
+        with server.http() as http:
+            speech = http.post(
+                "/v1/audio/speech",
+                json={"input": sentence * 60, "voice": "heart", "response_format": "wav"},
+                timeout=300,
+            ).content
+            events: list[dict[str, Any]] = []
+            started = threading.Event()
+
+            def listen() -> None:
+                with http.stream(
+                    "POST",
+                    "/v1/audio/transcriptions",
+                    files={"file": ("a.wav", speech)},
+                    data={"stream": "true"},
+                    timeout=300,
+                ) as response:
+                    for line in response.iter_lines():
+                        if line.startswith("data: "):
+                            events.append(json.loads(line.removeprefix("data: ")))
+                            started.set()
+
+            listening = threading.Thread(target=listen)
+            listening.start()
+            assert started.wait(120)
+            sent = time.monotonic()
+            server.process.send_signal(signal.SIGTERM)
+            listening.join()
+        assert server.process.wait(timeout=120) == 0
+        exited = time.monotonic() - sent
+        assert events[-1]["type"] == "error", events[-1]
+        assert events[-1]["error"]["code"] == "shutting_down"
+        assert exited < 2 + 15, exited
+    finally:
+        server.stop()
+    assert "Traceback" not in server.log()

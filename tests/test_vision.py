@@ -246,6 +246,23 @@ def test_local_media_policy(vision: ServerProcess, files: dict[str, Path]) -> No
         )
 
 
+def test_a_local_path_that_is_no_regular_file_is_refused_at_once(
+    vision: ServerProcess, files: dict[str, Path]
+) -> None:
+    """A FIFO held a thread per request until a writer came (eight held the whole pool, and
+    every request after them), the directory itself was a 500: each is a 400 naming the part,
+    and the server serves on."""
+    fifo = files["allowed"] / "pipe.png"
+    os.mkfifo(fifo)
+    client = vision.openai().with_options(timeout=10, max_retries=0)
+    for _ in range(10):
+        for url in (f"file://{fifo}", f"file://{files['allowed']}", f"file://{files['allowed']}/"):
+            error = refusal(client, url)["error"]
+            assert error["message"] == "local media path is not a regular file", url
+            assert error["param"] == "messages.0.content.1.image_url.url"
+    assert ask(client, data_uri(PNG)).usage.prompt_tokens > 0
+
+
 def test_a_text_model_refuses_images(client: openai.OpenAI) -> None:
     body = refusal(client, data_uri(PNG))
     assert body["error"] == {

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -141,6 +142,9 @@ def test_killed_worker_fails_its_requests_and_restarts_on_the_next(pair: ServerP
     assert listed["a"]["state"] == "failed" and listed["a"]["meta"]["pid"] is None
     assert "killed by SIGKILL" in listed["a"]["reason"]
     assert listed["b"]["state"] == "loaded"
+    # Nothing runs or waits on the dead worker: /metrics kept its last counts (1 and 1).
+    assert pair.metric("mlxcel_requests_running", model="a") == 0
+    assert pair.metric("mlxcel_requests_waiting", model="a") == 0
 
     # The next request starts a new worker for the model.
     reply = client.chat.completions.create(model="a", messages=HELLO, max_tokens=3)
@@ -218,6 +222,28 @@ def test_killed_encoder_and_audio_workers_fail_their_requests(pair: ServerProces
         assert listed[name]["state"] == "loaded"
         assert listed[name]["meta"]["pid"] not in (pid, None)
         assert listed[name]["meta"]["requests"] == 0
+
+
+def test_past_its_restarts_a_model_says_when_it_may_restart(tmp_path: Path) -> None:
+    """A model whose worker died three times within a minute is not restarted for the rest of
+    that minute; its 503s said Retry-After: 1 all that time (~53 s measured), and now say
+    how long is left."""
+    server = start(tmp_path, "--threads", "1")
+    try:
+        with server.http() as http:
+            for _ in range(3):
+                (pid,) = server.workers()
+                os.kill(pid, signal.SIGKILL)
+                _wait_for(
+                    lambda: all(m["state"] == "failed" for m in _listed(server).values()), "failed"
+                )
+                response = http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1})
+            assert response.status_code == 503, response.text
+            assert response.json()["error"]["code"] == "model_unavailable"
+            assert 50 <= int(response.headers["retry-after"]) <= 60
+            assert "it may restart in" in response.json()["error"]["message"]
+    finally:
+        server.stop()
 
 
 def test_unloading_ends_the_worker(pair: ServerProcess) -> None:

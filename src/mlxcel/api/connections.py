@@ -7,6 +7,8 @@ file descriptor) for ever. This protocol adds, per connection:
 - a header timeout: the request line and headers must arrive in full within it, counted from
   the connection's start or from the first byte of a later request on it;
 - a body timeout: a body that stops arriving for that long ends the request;
+- a body deadline: a body must arrive whole within it, counted from when the request head
+  was read, so one trickled a byte at a time under the body timeout still ends;
 - a cap on open connections: past it, the connection that has waited longest without a whole
   request is closed to make room (an attacker's half-open ones go first); only when every
   connection holds a request in progress is the new one answered 503 and closed, so requests
@@ -36,6 +38,10 @@ logger = logging.getLogger(__name__)
 RESERVED_FILES = 256
 # Seconds between log lines about connections closed to make room (an attack makes thousands).
 EVICTION_LOG_INTERVAL = 60.0
+# The longest request head (line and headers), h11's default: h11 bounds only a head still
+# incomplete, so a larger one that arrived whole in one read (126 KB here) was taken; the
+# protocol below checks a whole head too, and uvicorn is given the same bound.
+MAX_HEAD_BYTES = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,7 @@ class ConnectionLimits:
 
     header_timeout: float
     body_timeout: float
+    body_deadline: float
     max_connections: int
 
 
@@ -96,6 +103,11 @@ def guarded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
     class GuardedProtocol(H11Protocol):
         _timer: asyncio.TimerHandle | None = None
         _refused = False
+        # The request head read so far: its size, and its last bytes (a CRLFCRLF may straddle).
+        _head_bytes = 0
+        _head_tail = b""
+        # When the body of the request being read must have arrived (loop time).
+        _body_due: float | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             if len(self.connections) >= limits.max_connections and not _make_room():
@@ -127,8 +139,25 @@ def guarded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
         def data_received(self, data: bytes) -> None:
             if self._refused:
                 return
+            if self.conn.their_state is h11.IDLE and self._head_too_large(data):
+                self.send_400_response(
+                    f"the request head is larger than {MAX_HEAD_BYTES // 1024} KiB"
+                )
+                return
             super().data_received(data)
             self._track()
+
+        def _head_too_large(self, data: bytes) -> bool:
+            """Whether the request head `data` continues (or ends) is past MAX_HEAD_BYTES."""
+            joined = self._head_tail + data
+            end = joined.find(b"\r\n\r\n")
+            if end < 0:
+                self._head_bytes += len(data)
+                self._head_tail = joined[-3:]
+                return self._head_bytes > MAX_HEAD_BYTES
+            size = self._head_bytes - len(self._head_tail) + end + 4
+            self._head_bytes, self._head_tail = 0, b""
+            return size > MAX_HEAD_BYTES
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
@@ -153,10 +182,20 @@ def guarded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
                     self._wait_for_head()
             elif state is h11.SEND_BODY:
                 waiting[self] = None
-                self._arm(limits.body_timeout, self._body_stalled)
+                if self._body_due is None:
+                    self._body_due = self.loop.time() + limits.body_deadline
+                self._arm_body_timer()
+                return
             else:
                 self._cancel_timer()
                 waiting.pop(self, None)
+            self._body_due = None
+
+        def _arm_body_timer(self) -> None:
+            """The body timeout from now, or the body's deadline if that comes first."""
+            assert self._body_due is not None
+            left = self._body_due - self.loop.time()
+            self._arm(min(limits.body_timeout, max(left, 0.0)), self._body_late)
 
         def _wait_for_head(self) -> None:
             waiting[self] = None
@@ -178,11 +217,16 @@ def guarded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
                     f"the request headers did not arrive within {limits.header_timeout:g} s"
                 )
 
-        def _body_stalled(self) -> None:
+        def _body_late(self) -> None:
             self._timer = None
             if self.flow.read_paused:
                 # The app has not read what came: the client is not the one stalling.
-                self._arm(limits.body_timeout, self._body_stalled)
+                self._arm(limits.body_timeout, self._body_late)
+                return
+            if self._body_due is not None and self.loop.time() >= self._body_due:
+                self._time_out(
+                    f"the request body did not arrive whole within {limits.body_deadline:g} s"
+                )
                 return
             self._time_out(f"the request body stalled for {limits.body_timeout:g} s")
 

@@ -7,6 +7,7 @@ exit code 2; so is a model that fails to load, with nothing after it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -21,9 +22,15 @@ import uvicorn
 from fastapi import FastAPI
 
 from mlxcel.api.app import create_app
-from mlxcel.api.connections import ConnectionLimits, file_limit_for, guarded_protocol
+from mlxcel.api.connections import (
+    MAX_HEAD_BYTES,
+    ConnectionLimits,
+    file_limit_for,
+    guarded_protocol,
+)
 from mlxcel.api.shutdown import ABORT_GRACE_S, DrainingServer
 from mlxcel.config.settings import ServerConfig
+from mlxcel.engine.image_queue import SHUTTING_DOWN
 from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.models.entry import ModelUnavailable
 from mlxcel.models.images import ImageModel
@@ -145,15 +152,17 @@ def _cannot_listen(config: ServerConfig, exc: OSError) -> str:
 
 
 def _stop_engines(app: FastAPI) -> None:
-    """End every generation in flight, and every one waiting, with a shutdown error: text at
-    its next token, images at their next denoising step (the other kinds' requests finish or
-    fail as their models close)."""
+    """End every request in flight, and every one waiting, with a shutdown error: text at its
+    next token, images at their next denoising step, the other kinds' calls and streams into
+    their workers (a transcription, a speech, an embedding batch) now."""
     registry: ModelRegistry | None = getattr(app.state, "models", None)
     for model in registry.loaded() if registry is not None else []:
         if isinstance(model, LoadedModel):
             model.scheduler.stop()
         elif isinstance(model, ImageModel):
             model.queue.stop()
+        else:
+            model.worker.abort(SHUTTING_DOWN)
 
 
 async def _serve(
@@ -222,13 +231,17 @@ def serve(config: ServerConfig) -> int:
     bound = config.socket.lstat() if config.socket else None
     app = create_app(config)
     limits = ConnectionLimits(
-        config.header_timeout, config.body_timeout, file_limit_for(config.max_connections)
+        config.header_timeout,
+        config.body_timeout,
+        config.body_deadline,
+        file_limit_for(config.max_connections),
     )
     uv_config = uvicorn.Config(
         app,
         host=config.hosts[0],
         port=config.port,
         http=guarded_protocol(limits),
+        h11_max_incomplete_event_size=MAX_HEAD_BYTES,
         timeout_keep_alive=config.keep_alive_timeout,
         log_config=None,
         access_log=False,
@@ -249,4 +262,8 @@ def serve(config: ServerConfig) -> int:
             registry.close()
         if config.socket and bound is not None:
             _remove_socket(config.socket, (bound.st_dev, bound.st_ino))
+            if config.remove_socket_dir:
+                # Only an empty directory goes: whatever else someone put there stays.
+                with contextlib.suppress(OSError):
+                    config.socket.parent.rmdir()
     return EXIT_CANNOT_START if app.state.load_error is not None else 0

@@ -13,7 +13,8 @@ from typing import Any
 
 from fastapi.responses import StreamingResponse
 
-from mlxcel.protocol.errors import APIError
+from mlxcel.engine.types import EngineError
+from mlxcel.protocol.errors import APIError, unavailable_now
 
 logger = logging.getLogger(__name__)
 
@@ -24,15 +25,24 @@ def _event(payload: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n"
 
 
+def _known(exc: Exception) -> APIError | None:
+    """The answer a stream's failure has when it is no fault: an APIError, or the engine
+    saying the work cannot go on now (the shutdown timeout); None for anything else."""
+    if isinstance(exc, APIError):
+        return exc
+    return unavailable_now(exc) if isinstance(exc, EngineError) else None
+
+
 async def _frames(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
     try:
         async for chunk in chunks:
             yield _event(chunk)
-    except APIError as exc:
-        yield _event(exc.body())
-    except Exception:
-        logger.exception("stream failed")
-        yield _event(APIError(500, "internal server error").body())
+    except Exception as exc:
+        known = _known(exc)
+        if known is None:
+            logger.exception("stream failed")
+            known = APIError(500, "internal server error")
+        yield _event(known.body())
     yield DONE
 
 
@@ -79,8 +89,9 @@ async def typed_event_stream(
                 last = event
                 yield typed_frame(event)
         except Exception as exc:
-            if isinstance(exc, APIError):
-                logger.warning("%s: stream failed: %s", request_id, exc.message)
+            known = _known(exc)
+            if known is not None:
+                logger.warning("%s: stream failed: %s", request_id, known.message)
             else:
                 logger.exception("%s: stream failed", request_id)
             yield typed_frame(error_event(exc, last))

@@ -3,6 +3,7 @@ names, held for the request's whole life (streaming included)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from fastapi import Request
@@ -59,8 +60,10 @@ def invalid_model(message: str) -> APIError:
 
 
 def unavailable(exc: ModelUnavailable) -> APIError:
-    """A 503: the model failed to load or took too long."""
-    return model_unavailable(str(exc))
+    """A 503: the model failed to load or took too long; Retry-After says when it may
+    restart where that is known (past its bounded restarts: up to a minute, not 1 s)."""
+    wait = 1 if exc.retry_after is None else max(1, math.ceil(exc.retry_after))
+    return model_unavailable(str(exc), retry_after=wait)
 
 
 async def model_for(

@@ -85,9 +85,15 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY",
-        help=f"require this API key; repeatable (also ${defaults.API_KEY_ENV}, comma-separated)",
+        help="require this API key; repeatable. Every user of the machine can read it in the "
+        f"process list: prefer --api-key-file or ${defaults.API_KEY_ENV} (comma-separated)",
     )
-    add("--api-key-file", type=Path, metavar="FILE", help="file with one API key per line")
+    add(
+        "--api-key-file",
+        type=Path,
+        metavar="FILE",
+        help="file with one API key per line (kept out of the process list, unlike --api-key)",
+    )
     add(
         "-c",
         "--ctx-size",
@@ -251,6 +257,12 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="shut down when standard input reaches end of file (the Python client's managed "
         "server follows its parent process so)",
+    )
+    add(
+        "--remove-socket-dir",
+        action="store_true",
+        help="at exit, remove the --socket file's directory too if it is then empty (the Python "
+        "client's private temporary one, which a parent killed with SIGKILL cannot remove)",
     )
     add_image_url_flags(add)
     add("--no-warmup", action="store_true", help="skip the warm-up run after loading")

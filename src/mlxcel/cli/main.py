@@ -174,6 +174,12 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         for item in file.ignored:
             logger.warning("%s: accepted, not acted on yet", item)
     check_api_keys(parser, api_keys)
+    if args.api_key:
+        logger.warning(
+            "--api-key puts the key in the command line, which every user of this machine can "
+            "read (ps, /proc/PID/cmdline); give it with --api-key-file FILE or $%s instead",
+            defaults.API_KEY_ENV,
+        )
     # A server flag given on the command line wins over the file's server section.
     for dest in _SERVER_FLAGS:
         if dest not in server or getattr(args, dest) != parser.get_default(dest):
@@ -188,6 +194,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         strict_model_names=args.strict_model_names,
         shutdown_timeout=args.shutdown_timeout,
         exit_on_stdin_close=args.exit_on_stdin_close,
+        remove_socket_dir=args.remove_socket_dir,
         cors_origins=parse_origins(args.cors_origins) if args.cors_origins else (),
         media=media_policy(args),
         **encoder_config(parser, args),

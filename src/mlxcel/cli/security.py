@@ -55,6 +55,14 @@ def security_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     add(
+        "--body-deadline",
+        type=_seconds,
+        default=defaults.DEFAULT_BODY_DEADLINE,
+        metavar="S",
+        help="seconds a whole request body may take to arrive, however steadily it trickles, "
+        "before the request ends with 408 (default: %(default)s)",
+    )
+    add(
         "--keep-alive-timeout",
         type=_count,
         default=defaults.DEFAULT_KEEP_ALIVE_TIMEOUT,
@@ -101,6 +109,7 @@ def security_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "header_timeout": args.header_timeout,
         "body_timeout": args.body_timeout,
+        "body_deadline": args.body_deadline,
         "keep_alive_timeout": args.keep_alive_timeout,
         "max_connections": args.max_connections,
         "allowed_hosts": args.allowed_hosts,

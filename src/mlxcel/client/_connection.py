@@ -93,7 +93,14 @@ def launch(
     cleanup_dir = tempfile.mkdtemp(prefix="mlxcel-") if socket is None else None
     uds = os.fspath(socket) if socket is not None else os.path.join(str(cleanup_dir), "mlxcel.sock")
     try:
-        args = server_args(model, socket_path=uds, host=None, port=None, options=server_kwargs)
+        args = server_args(
+            model,
+            socket_path=uds,
+            host=None,
+            port=None,
+            options=server_kwargs,
+            own_socket_dir=cleanup_dir is not None,
+        )
         process = ServerProcess(command + args, env=env, cleanup_dir=cleanup_dir)
     except BaseException:
         if cleanup_dir is not None:

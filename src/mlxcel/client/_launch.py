@@ -69,8 +69,11 @@ def server_args(
     host: str | None,
     port: int | None,
     options: Mapping[str, object],
+    own_socket_dir: bool = False,
 ) -> list[str]:
-    """Return the `mlxcel serve` arguments; each `foo_bar=v` option becomes `--foo-bar v`."""
+    """Return the `mlxcel serve` arguments; each `foo_bar=v` option becomes `--foo-bar v`.
+    With `own_socket_dir`, the socket's directory is this client's to be removed by the
+    server as it exits, even after this process is killed."""
     args = ["serve"]
     if model is not None:
         args += ["--model", os.fspath(model)]
@@ -80,6 +83,8 @@ def server_args(
         args += ["--host", str(host), "--port", str(port)]
     # The child's stdin is a pipe only this process writes to: when it dies, the server exits.
     args.append("--exit-on-stdin-close")
+    if own_socket_dir:
+        args.append("--remove-socket-dir")
     extra_args = options.get("extra_args", ())
     if isinstance(extra_args, str) or not isinstance(extra_args, Sequence):
         raise TypeError("extra_args must be a list of strings")

@@ -36,6 +36,8 @@ DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 # Connection hygiene (api/connections.py): seconds, and open client connections.
 DEFAULT_HEADER_TIMEOUT = 15.0
 DEFAULT_BODY_TIMEOUT = 30.0
+# A whole body, however steadily it trickles: 32 MiB (the body limit) at about 1 Mbit/s.
+DEFAULT_BODY_DEADLINE = 300.0
 DEFAULT_KEEP_ALIVE_TIMEOUT = 15
 DEFAULT_MAX_CONNECTIONS = 1024
 # How long, and within how many bytes in all, the images `response_format: url` links to are kept.
@@ -361,10 +363,14 @@ class ServerConfig:
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
     """Seconds requests in flight may take to finish after SIGTERM or SIGINT."""
     exit_on_stdin_close: bool = False
+    remove_socket_dir: bool = False
+    """At exit, remove the socket file's directory if it is empty (the managed client's)."""
     """Shut down when standard input reaches end of file (how a managed server follows its
     parent)."""
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
     body_timeout: float = DEFAULT_BODY_TIMEOUT
+    body_deadline: float = DEFAULT_BODY_DEADLINE
+    """Seconds a whole request body may take to arrive, from its first byte's turn."""
     keep_alive_timeout: int = DEFAULT_KEEP_ALIVE_TIMEOUT
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     allowed_hosts: tuple[str, ...] = ()

@@ -31,6 +31,18 @@ def longest_token(generator: TextModel) -> int:
     return longest
 
 
+# Slack over the longest token's length before a text is called too long from its size alone:
+# a tokenizer that normalizes (drops or merges characters) makes fewer tokens than its bytes.
+SIZE_SLACK = 4
+
+
+def most_text_bytes(tokens: int, longest: int) -> int:
+    """The most bytes of text worth tokenizing for at most `tokens` tokens of at most `longest`
+    bytes each: anything longer cannot fit whatever its tokens, and is refused (or cut, where
+    the request asks for truncation) before the tokenizer spends seconds on megabytes."""
+    return tokens * longest * SIZE_SLACK
+
+
 # The error code of a prompt longer than the context.
 CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
 

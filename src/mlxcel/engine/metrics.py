@@ -266,6 +266,12 @@ class ModelMetrics:
         self._running.set(running)
         self._waiting.set(waiting)
 
+    def engine_gone(self) -> None:
+        """The process that recorded the gauges ended without a last word (killed, crashed):
+        nothing of it runs, waits or is cached any more, though it never said so."""
+        self.load(0, 0)
+        self.cache_size(0)
+
     def rejected(self, reason: str) -> None:
         """A request was refused with 503."""
         self._rejected.labels(self._model, reason).inc()

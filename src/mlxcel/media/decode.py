@@ -72,6 +72,10 @@ def decode_audio(data: bytes, max_seconds: float, rate: int = WHISPER_RATE) -> D
                 f"{', '.join(kinds)}"
             )
         stream = container.streams.audio[0]
+        # FFmpeg opens a stream whose header names no codec it knows (a WAV with 0 bits per
+        # sample, an unknown format tag) without a codec context: nothing can decode it.
+        if stream.codec_context is None:
+            raise AudioError(f"the audio ({found}) is in an unknown or invalid encoding")
         codec = stream.codec_context.name
         if container.duration is not None and container.duration / 1e6 > max_seconds + 1:
             raise _too_long(container.duration / 1e6, max_seconds)

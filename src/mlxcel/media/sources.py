@@ -6,6 +6,7 @@ import asyncio
 import base64
 import binascii
 import os
+import stat
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -84,15 +85,19 @@ def local_file(url: str, policy: MediaPolicy, max_bytes: int) -> bytes:
             "media_not_allowed",
         )
     try:
-        # O_NOFOLLOW: a link swapped in after the check is not followed.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        # O_NOFOLLOW: a link swapped in after the check is not followed. O_NONBLOCK: a FIFO
+        # opens at once instead of holding this thread until a writer comes (eight such
+        # requests held every thread of the pool, and every request that needs one).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except OSError as exc:
         raise MediaError(
             f"could not read the local media file: {exc.strerror}", "media_fetch_failed"
         ) from exc
+    # What was opened, not the path: a FIFO, a device or a directory is refused before a read.
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise MediaError("local media path is not a regular file", "media_fetch_failed")
     with os.fdopen(fd, "rb") as file:
-        if not os.path.isfile(path):
-            raise MediaError("local media path is not a file", "media_fetch_failed")
         return file.read(max_bytes + 1)
 
 

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from mlxcel.engine.types import EngineError
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -88,8 +90,12 @@ class EncoderBatcher(Generic[T]):
             if not live:
                 continue
             flat = [item for job in live for item in job.items]
+            error: Exception | None
             try:
                 results, error = self._run(flat), None
+            except EngineError as exc:
+                # The engine's own answer (the server is shutting down), not a fault to trace.
+                results, error = [], exc
             except Exception as exc:
                 logger.exception("encoder batch of %d inputs failed", len(flat))
                 results, error = [], exc

@@ -29,7 +29,12 @@ class MissingCapability(LookupError):
 
 
 class ModelUnavailable(Exception):
-    """The model cannot serve right now: it failed, or its load took too long (503)."""
+    """The model cannot serve right now: it failed, or its load took too long (503);
+    `retry_after`: the seconds until it may, where that is known."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class NoRoom(Exception):
@@ -100,3 +105,8 @@ class ModelEntry:
         while self.failures and now - self.failures[0] > RESTART_WINDOW_S:
             self.failures.popleft()
         return len(self.failures) < RESTARTS_PER_WINDOW
+
+    def restart_in(self, now: float) -> float:
+        """Seconds until a model that may not restart now may (its oldest failure in the
+        window leaves it)."""
+        return max(0.0, self.failures[0] + RESTART_WINDOW_S - now) if self.failures else 0.0

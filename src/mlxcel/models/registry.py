@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Iterable
 from contextlib import nullcontext
@@ -164,10 +165,14 @@ class ModelRegistry:
                 if error is not None:
                     raise ModelUnavailable(error)
                 continue
-            if entry.state == "failed" and not entry.may_restart(time.monotonic()):
+            now = time.monotonic()
+            if entry.state == "failed" and not entry.may_restart(now):
+                wait = entry.restart_in(now)
                 raise ModelUnavailable(
                     f"the model '{entry.name}' failed {RESTARTS_PER_WINDOW} times within "
-                    f"{RESTART_WINDOW_S:g}s, last: {entry.reason}; retry later"
+                    f"{RESTART_WINDOW_S:g}s, last: {entry.reason}; it may restart in "
+                    f"{math.ceil(wait)}s",
+                    retry_after=wait,
                 )
             entry.task = asyncio.ensure_future(self._load(entry))
 
@@ -181,6 +186,13 @@ class ModelRegistry:
                 started = time.monotonic()
                 logger.info("loading model '%s'", entry.name)
                 model, size = await self._open(entry)
+                budget = self._max_memory
+                if budget is not None and size is not None and size > budget:
+                    # Its first load was sized from its file, which is less than a worker
+                    # holds: measured, it alone is past the budget, so it does not stay.
+                    entry.size = size
+                    await asyncio.to_thread(model.close)
+                    raise NoRoom(self._never_fits(entry, size))
         except NoRoom as exc:
             entry.state = "unloaded"
             logger.warning("%s", exc)
@@ -229,6 +241,8 @@ class ModelRegistry:
             return
         entry.model, entry.state, entry.reason = None, "failed", reason
         entry.failures.append(time.monotonic())
+        # /metrics showed the dead worker's last counts until the model loaded again.
+        self._metrics.bind(entry.name).engine_gone()
         logger.error("model '%s' failed: %s", entry.name, reason)
         # What the model kept in this process (an encoder's batcher thread, an image model's
         # queue) goes with it.
@@ -241,6 +255,9 @@ class ModelRegistry:
         if budget is None:
             return
         need = self._expected_size(entry)
+        if need > budget:
+            # No eviction can make room: leave the other models loaded.
+            raise NoRoom(self._never_fits(entry, need))
         while True:
             holders = [e for e in self._entries if e.state in ("loaded", "unloading")]
             held = sum(e.expected_size for e in holders)
@@ -261,6 +278,12 @@ class ModelRegistry:
             if measured:
                 return max(measured)
         return entry.expected_size
+
+    def _never_fits(self, entry: ModelEntry, need: int) -> str:
+        return (
+            f"not enough memory for the model '{entry.name}': it takes about {mib(need)} "
+            f"loaded, more than the whole --max-memory of {mib(self._max_memory or 0)}"
+        )
 
     def _no_room(self, entry: ModelEntry, need: int, held: int, holders: list[ModelEntry]) -> str:
         def why(e: ModelEntry) -> str:

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from mlxcel.config.settings import ModelConfig
 from mlxcel.engine.handle import handing_over
 from mlxcel.engine.metrics import RECORDED, RecordsMetrics
+from mlxcel.engine.types import EngineError
 from mlxcel.logs import current_request
 from mlxcel.memory import resident_bytes
 from mlxcel.wire.messages import (
@@ -103,6 +104,8 @@ class Worker:
         self._streams: dict[int, Receiver] = {}
         self._ready: Future[Any] = Future()
         self._gone: str | None = None
+        # Set at shutdown (`abort`): what every call and stream fails with from then on.
+        self._aborted: str | None = None
         self._stopping = False
         self._reader = threading.Thread(target=self._read, name=f"worker-{self.name}", daemon=True)
 
@@ -154,8 +157,7 @@ class Worker:
         """Call a method of the model and wait for its result (from any thread but the reader)."""
         future: Future[Any] = Future()
         with self._lock:
-            if self._gone is not None:
-                raise WorkerGone(self._gone)
+            self._check_open()
             call_id = next(self._ids)
             self._calls[call_id] = future
             self._send_locked(Call(call_id, method, args, _request_id()))
@@ -167,12 +169,31 @@ class Worker:
         """Start one stream per receiver, together, whose items go to their receivers; their
         ids (for `cancel`)."""
         with self._lock:
-            if self._gone is not None:
-                raise WorkerGone(self._gone)
+            self._check_open()
             ids = [next(self._ids) for _ in receivers]
             self._streams.update(zip(ids, receivers, strict=True))
             self._send_locked(Stream(tuple(ids), method, args, _request_id()))
         return ids
+
+    def _check_open(self) -> None:
+        if self._gone is not None:
+            raise WorkerGone(self._gone)
+        if self._aborted is not None:
+            raise EngineError(self._aborted, "shutting_down")
+
+    def abort(self, why: str) -> None:
+        """End every call and stream in flight now, and any started later, with a
+        `shutting_down` error: at the shutdown timeout a worker may be minutes into one
+        transcription or embedding batch, which it cannot be asked to leave; `stop` then kills
+        it if it does not answer."""
+        with self._lock:
+            self._aborted = why
+            calls, self._calls = self._calls, {}
+            streams, self._streams = self._streams, {}
+        for future in calls.values():
+            future.set_exception(EngineError(why, "shutting_down"))
+        for receiver in streams.values():
+            receiver.fail(EngineError(why, "shutting_down"))
 
     def cancel(self, stream_id: int) -> None:
         """Stop a stream (nothing happens if it ended or the worker is gone)."""

@@ -26,6 +26,8 @@ class ContentPrompt(Strict):
 # ([12, 34, "text"]), or a batch of those mixed.
 EmbeddingText = str | MultimodalPrompt | ContentPrompt
 EmbeddingInput = EmbeddingText | list[int | EmbeddingText | list[int | str]]
+# llama-server reads embd_normalize into a C int; past it numpy cannot raise to the power.
+MAX_NORM = 2**31 - 1
 
 
 class EmbeddingRequest(Strict):
@@ -37,7 +39,7 @@ class EmbeddingRequest(Strict):
     dimensions: int | None = Field(default=None, ge=1)
     user: Annotated[str | None, NoEffect("nothing here keeps per-user state")] = None
     # llama-server's: -1 none, 0 max-abs, 1 taxicab, 2 euclidean, >2 p-norm.
-    embd_normalize: int = Field(default=2, ge=-1)
+    embd_normalize: int = Field(default=2, ge=-1, le=MAX_NORM)
     instruction: str | None = None
     truncate: bool = False
 
@@ -47,7 +49,7 @@ class NativeEmbeddingRequest(Strict):
 
     content: EmbeddingInput
     model: str | None = None
-    embd_normalize: int = Field(default=2, ge=-1)
+    embd_normalize: int = Field(default=2, ge=-1, le=MAX_NORM)
     pooling: Literal["none", "model"] = "model"
     """`none`: one vector per token; `model`: the model's own pooling."""
     truncate: bool = False

@@ -72,9 +72,23 @@ def shutting_down(message: str) -> APIError:
     return APIError(503, message, code="shutting_down")
 
 
-def model_unavailable(message: str) -> APIError:
-    """A 503 that says retry: the model's worker died under the request, or it cannot load."""
-    return APIError(503, message, code="model_unavailable", headers={"Retry-After": "1"})
+def model_unavailable(message: str, retry_after: int = 1) -> APIError:
+    """A 503 that says retry (after `retry_after` seconds): the model's worker died under the
+    request, or it cannot load."""
+    return APIError(
+        503, message, code="model_unavailable", headers={"Retry-After": str(retry_after)}
+    )
+
+
+def unavailable_now(error: EngineError) -> APIError | None:
+    """The 503 an engine's error means when it says the work cannot go on now (the server
+    is shutting down, the queue is full, the model's worker is gone); None for other errors."""
+    helper = {
+        "shutting_down": shutting_down,
+        "server_busy": server_busy,
+        "model_unavailable": model_unavailable,
+    }.get(error.code)
+    return helper(str(error)) if helper is not None else None
 
 
 def refused(error: EngineError, param: str) -> APIError:

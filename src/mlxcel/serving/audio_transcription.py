@@ -9,11 +9,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from mlxcel.backends.audio.transcript import Segment, Task, TranscribeJob, TranscriptInfo
+from mlxcel.engine.types import EngineError
 from mlxcel.media.decode import AudioError, DecodedAudio, decode_audio
 from mlxcel.models.audio import TranscriptionModel
 from mlxcel.models.remote import WorkerGone
 from mlxcel.protocol.audio import TranscriptionForm
-from mlxcel.protocol.errors import APIError, invalid_request, model_unavailable
+from mlxcel.protocol.errors import APIError, invalid_request, model_unavailable, unavailable_now
 from mlxcel.serving.audio_formats import (
     Transcript,
     json_body,
@@ -123,6 +124,8 @@ def stream_error(exc: Exception, _last: dict[str, Any]) -> dict[str, Any]:
         error = exc
     elif isinstance(exc, WorkerGone):
         error = model_unavailable(f"{exc}; retry the request")
+    elif isinstance(exc, EngineError) and (now := unavailable_now(exc)) is not None:
+        error = now
     else:
         error = APIError(500, "transcription failed")
     return {"type": "error", **error.body()}

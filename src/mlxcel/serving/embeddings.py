@@ -10,6 +10,8 @@ from typing import Any, cast
 
 import numpy as np
 
+from mlxcel.backends.embeddings import EncoderInfo
+from mlxcel.engine.context import most_text_bytes
 from mlxcel.engine.slots import common_prefix
 from mlxcel.models.encoders import EmbeddingModel
 from mlxcel.protocol.embeddings import (
@@ -41,13 +43,18 @@ def input_batch(value: EmbeddingInput, param: str) -> list[str | Pieces]:
     return [v if isinstance(v, list) else _text(v, f"{param}.{i}") for i, v in enumerate(items)]
 
 
-async def joined(model: EmbeddingModel, inputs: list[str | Pieces]) -> list[str | list[int]]:
+async def joined(
+    model: EmbeddingModel, inputs: list[str | Pieces], limits: EncoderLimits, param: str
+) -> list[str | list[int]]:
     """Each input of ids and texts as token ids: ids as given, each text's tokens without the
     model's special tokens, those around the whole when it starts with text (llama-server adds
-    them only then)."""
+    them only then). Its texts are held to the sizes plain texts are, before tokenizing."""
     texts = [p for item in inputs if isinstance(item, list) for p in item if isinstance(p, str)]
     if not texts:
         return cast(list[str | list[int]], inputs)
+    for text in texts:
+        within_size(text, model.info, False, "a text among token ids", param)
+    check_total_size(texts, model.info, limits, param)
     bare, one, *tokens = await model.tokenize(["", "a", *texts])
     # What the tokenizer puts around any text: [CLS] before and [SEP] after, say.
     head = common_prefix(bare, one)
@@ -95,6 +102,40 @@ def cut(ids: list[int], limit: int, end: int | None) -> list[int]:
     return ids[:limit]
 
 
+def within_size(text: str, info: EncoderInfo, truncate: bool, what: str, param: str) -> str:
+    """A text no longer than the model's longest input can be in bytes, checked before it is
+    tokenized (a 30 MB input took 19-40 s to tokenize, then was refused): cut there when the
+    request asks for truncation (the tokens kept are the same), else a 400 naming `param`."""
+    limit = most_text_bytes(info.max_tokens, info.longest_token)
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    if not truncate:
+        raise invalid_request(
+            f"{what} is {len(data)} bytes, more than the model's maximum of {info.max_tokens} "
+            "tokens can hold; shorten it or send truncate: true",
+            param=param,
+            code="input_too_long",
+        )
+    return data[:limit].decode(errors="ignore")
+
+
+def check_total_size(
+    texts: Sequence[str], info: EncoderInfo, limits: EncoderLimits, param: str
+) -> None:
+    """A 413 before tokenizing for texts together too long for --embedding-max-tokens."""
+    size = sum(len(text.encode()) for text in texts)
+    limit = most_text_bytes(limits.max_tokens, info.longest_token)
+    if size > limit:
+        raise APIError(
+            413,
+            f"the inputs are {size} bytes together, more than the limit of {limits.max_tokens} "
+            "tokens (--embedding-max-tokens) can hold",
+            param=param,
+            code="request_too_large",
+        )
+
+
 async def token_inputs(
     model: EmbeddingModel,
     inputs: list[str | list[int]],
@@ -110,10 +151,15 @@ async def token_inputs(
         raise invalid_request(f"'{param}' is empty: give at least one input", param=param)
     if len(inputs) > limits.max_inputs:
         raise too_many("inputs", len(inputs), limits.max_inputs, "--embedding-max-inputs", param)
-    texts = [(i, prefix + t) for i, t in enumerate(inputs) if isinstance(t, str)]
+    info = model.info
+    texts = [
+        (i, within_size(prefix + t, info, truncate, f"input {i}", param))
+        for i, t in enumerate(inputs)
+        if isinstance(t, str)
+    ]
+    check_total_size([t for _, t in texts], info, limits, param)
     tokens = await model.tokenize([t for _, t in texts]) if texts else []
     tokenized = dict(zip((i for i, _ in texts), tokens, strict=True))
-    info = model.info
     out: list[list[int]] = []
     for index, item in enumerate(inputs):
         ids = tokenized.get(index) if isinstance(item, str) else item
@@ -148,10 +194,17 @@ def normalize(vector: np.ndarray, norm: int) -> np.ndarray:
     2 euclidean, p > 2 the p-norm; along the last axis."""
     if norm < 0:
         return vector
+    peak = np.abs(vector).max(axis=-1, keepdims=True)
     if norm == 0:
-        scale = np.abs(vector).max(axis=-1, keepdims=True) / 32760.0
-    else:
+        scale = peak / 32760.0
+    elif norm <= 2:
         scale = np.linalg.norm(vector, ord=norm, axis=-1, keepdims=True)
+    else:
+        # Over the peak first: |x|**p of a small float underflows to 0 past p ~ 100, which
+        # made the whole vector zeros; a ratio of at most 1 keeps the peak's term at 1.
+        ratio = np.divide(np.abs(vector), peak, out=np.zeros_like(vector), where=peak > 0)
+        total = (ratio.astype(np.float64) ** float(norm)).sum(axis=-1, keepdims=True)
+        scale = (peak * total ** (1.0 / norm)).astype(vector.dtype)
     return cast(np.ndarray, np.divide(vector, scale, out=np.zeros_like(vector), where=scale > 0))
 
 
@@ -188,7 +241,7 @@ async def embeddings(
     """The OpenAI list of embeddings, with usage."""
     inputs = await token_inputs(
         model,
-        await joined(model, input_batch(body.input, "input")),
+        await joined(model, input_batch(body.input, "input"), limits, "input"),
         prefix=instruction_prefix(model, body.instruction),
         truncate=body.truncate,
         limits=limits,
@@ -223,7 +276,7 @@ async def native_embeddings(
     vectors (one per token with pooling none, else the one pooled vector)."""
     inputs = await token_inputs(
         model,
-        await joined(model, input_batch(body.content, "content")),
+        await joined(model, input_batch(body.content, "content"), limits, "content"),
         prefix="",
         truncate=body.truncate,
         limits=limits,

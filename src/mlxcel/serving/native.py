@@ -15,7 +15,7 @@ from mlxcel.media.images import LLAMA_MEDIA_MARKER, MEDIA_MARKER
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.protocol.common import SamplingFields
-from mlxcel.protocol.errors import invalid_request
+from mlxcel.protocol.errors import APIError, invalid_request
 from mlxcel.protocol.native import (
     DetokenizeRequest,
     MultimodalPrompt,
@@ -36,7 +36,12 @@ from mlxcel.serving.text import (
     stream_all,
 )
 from mlxcel.serving.timings import timings_of
-from mlxcel.serving.tokens import check_vocabulary, detokenize_ids, tokenize_prompt
+from mlxcel.serving.tokens import (
+    check_text_size,
+    check_vocabulary,
+    detokenize_ids,
+    tokenize_prompt,
+)
 from mlxcel.serving.vision import laid_out
 
 # What llama-server reports as the seed of a request that asked for none (LLAMA_DEFAULT_SEED).
@@ -54,6 +59,7 @@ def _piece(data: bytes) -> str | list[int]:
 def tokenize(model: LoadedModel, request: TokenizeRequest) -> dict[str, Any]:
     """POST /tokenize: ids, or {id, piece} objects when pieces are asked for."""
     generator = model.generator
+    check_text_size(generator, request.content, "content")
     ids = generator.tokenize(
         request.content, add_special=request.add_special, parse_special=request.parse_special
     )
@@ -182,6 +188,7 @@ def prepare_native(
     prompt with media (`multimodal_data`, loaded by the route) is laid out in the model's
     worker, as a chat's is."""
     if isinstance(request.prompt, MultimodalPrompt):
+        check_response_fields(request)
         text = request.prompt.prompt_string
         markers = text.count(LLAMA_MEDIA_MARKER)
         if media and markers != len(media):
@@ -208,6 +215,7 @@ def native_job(
     n_predict: int,
 ) -> NativeJob:
     """A /completion-shaped job over prompt tokens (/completion's, /infill's)."""
+    check_response_fields(request)
     if not prompts:
         raise invalid_request("the prompt is empty", "prompt")
     generations = prepare_choices(
@@ -239,8 +247,35 @@ def _probabilities(tokens: Sequence[TokenLogprob]) -> list[Any]:
     ]
 
 
+# The fields of a prompt's final /completion object (`_final`), which response_fields picks from.
+ANSWER_FIELDS = frozenset(
+    {
+        "index", "content", "tokens", "id_slot", "stop", "model", "tokens_predicted",
+        "tokens_evaluated", "generation_settings", "prompt", "has_new_line", "truncated",
+        "stop_type", "stopping_word", "tokens_cached", "timings", "completion_probabilities",
+    }
+)  # fmt: skip
+
+
+def _nothing_kept(wanted: Sequence[str]) -> APIError:
+    return invalid_request(
+        f"response_fields {list(wanted)} names no field of the answer, which would be empty; "
+        f"its fields: {', '.join(sorted(ANSWER_FIELDS))} ('a/b' takes b out of a)",
+        "response_fields",
+    )
+
+
+def check_response_fields(request: NativeCompletionRequest) -> None:
+    """A 400 before any work when response_fields would keep nothing of the answer (llama-server
+    answers {}): a name that is no field is dropped, as there, but not every name."""
+    wanted = request.response_fields
+    if wanted and not any(path.split("/")[0] in ANSWER_FIELDS for path in wanted):
+        raise _nothing_kept(wanted)
+
+
 def _fields(answer: dict[str, Any], wanted: Sequence[str]) -> dict[str, Any]:
-    """llama-server's response_fields: only these, "a/b" taken out of a under its full name."""
+    """llama-server's response_fields: only these, "a/b" taken out of a under its full name;
+    never an empty object (a 400 when no path names anything here)."""
     kept: dict[str, Any] = {}
     for path in wanted:
         value: Any = answer
@@ -250,6 +285,8 @@ def _fields(answer: dict[str, Any], wanted: Sequence[str]) -> dict[str, Any]:
             value = value[key]
         else:
             kept[path] = value
+    if not kept:
+        raise _nothing_kept(wanted)
     return kept
 
 

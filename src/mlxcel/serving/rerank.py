@@ -11,7 +11,7 @@ from typing import Any
 from mlxcel.models.encoders import RerankModel
 from mlxcel.protocol.embeddings import RerankRequest
 from mlxcel.protocol.errors import invalid_request
-from mlxcel.serving.embeddings import cut, too_many
+from mlxcel.serving.embeddings import check_total_size, cut, too_many, within_size
 from mlxcel.serving.encoder_limits import EncoderLimits
 
 
@@ -43,12 +43,20 @@ async def scored(
         raise too_many(
             "documents", len(documents), limits.max_documents, "--rerank-max-documents", param
         )
-    pairs = await model.tokenize_pairs(body.query, documents)
     info = model.info
+    query = within_size(body.query, info, False, "'query'", "query")
+    truncate = body.truncate or body.max_tokens_per_doc is not None
+    # The documents as the model reads them; the answer gives them back as they were sent.
+    read = [
+        within_size(text, info, truncate, f"document {index}", param)
+        for index, text in enumerate(documents)
+    ]
+    check_total_size([*([query] * len(read)), *read], info, limits, param)
+    pairs = await model.tokenize_pairs(query, read)
     limit = info.max_tokens
     if body.max_tokens_per_doc is not None:
         # Cohere's per-document cut, measured on the document beside the query.
-        query_only = (await model.tokenize_pairs(body.query, [""]))[0]
+        query_only = (await model.tokenize_pairs(query, [""]))[0]
         limit = min(limit, len(query_only) + body.max_tokens_per_doc)
     for index, ids in enumerate(pairs):
         if len(ids) <= limit:

@@ -4,24 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mlxcel.engine.context import CONTEXT_LENGTH_EXCEEDED, longest_token
+from mlxcel.engine.context import CONTEXT_LENGTH_EXCEEDED, longest_token, most_text_bytes
 from mlxcel.engine.types import TextModel
 from mlxcel.protocol.common import Prompt
 from mlxcel.protocol.errors import invalid_request
-
-# Slack over the longest token's length before a text is called too long from its size alone:
-# a tokenizer that normalizes (drops or merges characters) makes fewer tokens than its bytes.
-_SIZE_SLACK = 4
 
 
 def check_text_size(generator: TextModel, text: str, param: str) -> None:
     """A 400 for a text so long it cannot fit the context whatever its tokens, before it is
     tokenized (which takes seconds for megabytes): no token covers more than the longest."""
-    limit = generator.n_ctx_seq * longest_token(generator) * _SIZE_SLACK
+    limit = most_text_bytes(generator.n_ctx_seq, longest_token(generator))
     size = len(text.encode())
     if size > limit:
         raise invalid_request(
-            f"the prompt is {size} bytes, far more than the context of {generator.n_ctx_seq} "
+            f"the text is {size} bytes, far more than the context of {generator.n_ctx_seq} "
             "tokens can hold; shorten it or start the server with a larger -c",
             param,
             CONTEXT_LENGTH_EXCEEDED,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import re
+import unicodedata
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +21,10 @@ logger = logging.getLogger(__name__)
 NOISE_SEED = 0
 # Sentences whose network output may wait for the vocoder (some 5 MB each for 5 s of speech).
 AHEAD = 2
+# hibari's number reader names groups of three digits up to decillions and fails (IndexError)
+# on a longer integer part, 37 digits or more; such a number is read digit by digit instead.
+_WORD = re.compile(r"[^\W_]+(?:[,.][^\W_]+)*")
+_TOO_LONG_NUMBER = re.compile(r"[0-9](?:[,.]?[0-9]){36,}")
 
 
 def hibari_assets() -> Path:
@@ -26,6 +32,27 @@ def hibari_assets() -> Path:
     import hibari
 
     return Path(hibari.__file__).parent / "assets"
+
+
+def readable_numbers(text: str) -> str:
+    """The text with each number too long for hibari's number reader (37 digits or more,
+    commas and points between them allowed) written as its digits apart, which it reads one
+    by one. Digits are compared as hibari's lexicon reads them (NFKC, any script's digits),
+    so a number it would see as too long is found whatever characters spell it."""
+
+    def digits_apart(number: re.Match[str]) -> str:
+        return " ".join(c for c in number.group() if c.isdigit())
+
+    def one(word: re.Match[str]) -> str:
+        ascii_word = "".join(
+            str(int(unicodedata.numeric(c))) if c.isdigit() else c
+            for c in unicodedata.normalize("NFKC", word.group())
+        )
+        if not _TOO_LONG_NUMBER.search(ascii_word):
+            return word.group()
+        return _TOO_LONG_NUMBER.sub(digits_apart, ascii_word)
+
+    return _WORD.sub(one, text)
 
 
 class HibariSynthesizer:
@@ -95,7 +122,7 @@ class HibariSynthesizer:
             outputs = voice.sess.run(None, {"ids": np.asarray([ids], np.int64), "speed": speed})
             return [o[0] for o in outputs]
 
-        sentences = voice.phonemize(job.text)
+        sentences = voice.phonemize(readable_numbers(job.text))
         if not sentences:
             return
         # The first sentence's network runs here and alone (nothing delays the first audio,

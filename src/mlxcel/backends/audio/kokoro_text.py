@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from mlxcel.backends.audio.hibari_voice import readable_numbers
 from mlxcel.backends.audio.speech import Voice
 
 # Phonemes one Kokoro call reads: its 512 positions less the two pads around them.
@@ -96,7 +97,7 @@ class KokoroPhonemizer:
         from hibari import Hibari
 
         g2p = self._for(voice)
-        for sentence in Hibari.split_sentences(text):
+        for sentence in Hibari.split_sentences(readable_numbers(text)):
             known = "".join(c for c in g2p(sentence) if c in self._vocab)
             for piece in _fit(known):
                 if piece.strip():

@@ -15,7 +15,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from mlxcel.backends.embeddings.types import EncoderInfo, Pooling
+from mlxcel.backends.embeddings.types import EncoderInfo, Pooling, longest_piece
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,9 @@ class LlamaCppEncoder:
         self.info = EncoderInfo(
             engine=ENGINE,
             max_tokens=max_tokens,
+            longest_token=longest_piece(
+                self._llama.detokenize([t], special=True) for t in range(self._llama.n_vocab())
+            ),
             vocab_size=int(self._llama.n_vocab()),
             dimensions=0 if pooling == "rank" else int(self._llama.n_embd()),
             pooling=pooling,

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from mlxcel.backends.embeddings.torch_models import chunks, end_token, max_tokens, token_ids
-from mlxcel.backends.embeddings.types import EncoderInfo, Pooling
+from mlxcel.backends.embeddings.types import EncoderInfo, Pooling, longest_piece
 
 ENGINE = "mlx-embeddings"
 _POOLING_MODES: dict[str, Pooling] = {
@@ -94,6 +94,7 @@ class MlxEmbedder:
         self.info = EncoderInfo(
             engine=ENGINE,
             max_tokens=max_tokens(self._tokenizer, SimpleNamespace(**config), declared),
+            longest_token=longest_piece(self._tokenizer.get_vocab()),
             vocab_size=len(self._tokenizer),
             dimensions=int(config["hidden_size"]),
             pooling=pooling,

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from mlxcel.backends.embeddings.types import EncoderInfo, Pooling
+from mlxcel.backends.embeddings.types import EncoderInfo, Pooling, longest_piece
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +103,7 @@ class TorchEmbedder:
         self.info = EncoderInfo(
             engine=ENGINE,
             max_tokens=max_tokens(tokenizer, config, model.max_seq_length),
+            longest_token=longest_piece(tokenizer.get_vocab()),
             vocab_size=len(tokenizer),
             dimensions=int(model.get_embedding_dimension() or 0),
             pooling=_pooling(model),
@@ -176,6 +177,7 @@ class TorchReranker:
         self.info = EncoderInfo(
             engine=ENGINE,
             max_tokens=max_tokens(self._tokenizer, config, None),
+            longest_token=longest_piece(self._tokenizer.get_vocab()),
             vocab_size=len(self._tokenizer),
             dimensions=0,
             pooling="rank",

@@ -3,6 +3,7 @@ numbers out, so the same calls can cross a process boundary (everything here pic
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -19,6 +20,9 @@ class EncoderInfo:
     """The engine that runs it, as /v1/models names it (sentence-transformers, llama.cpp)."""
     max_tokens: int
     """The longest input, special tokens included."""
+    longest_token: int
+    """The most bytes of text one token stands for: what bounds an input's size before it is
+    tokenized."""
     vocab_size: int
     dimensions: int
     """Width of one vector (embedders); 0 for a reranker."""
@@ -34,6 +38,13 @@ class EncoderInfo:
     def multi_vector(self) -> bool:
         """One vector per token (late interaction), not one per input."""
         return self.pooling == "none"
+
+
+def longest_piece(pieces: Iterable[str | bytes]) -> int:
+    """The most bytes a token's text takes, over a vocabulary (at least 1). A Hugging Face
+    vocabulary's markers (WordPiece's ##, byte-level BPE's Ġ, SentencePiece's ▁) only make a
+    token's text look longer: the bound stays safe."""
+    return max((len(p.encode() if isinstance(p, str) else p) for p in pieces), default=1) or 1
 
 
 class Embedder(Protocol):
