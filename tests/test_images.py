@@ -148,6 +148,9 @@ def test_quality_sets_the_steps(images_client: openai.OpenAI) -> None:
         ({"size": "65x64"}, 400, "size"),
         ({"size": "big"}, 400, "size"),
         ({"size": "4096x4096"}, 400, "size"),
+        # Past --image-max-pixels (1536x1024) though the pipeline draws up to 2048 a side.
+        ({"size": "2048x2048"}, 400, "size"),
+        ({"size": "1536x1536"}, 400, "size"),
         ({"n": 9}, 400, "n"),
         ({"background": "transparent"}, 400, "background"),
         ({"output_format": "gif"}, 400, "output_format"),

@@ -59,6 +59,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     install_error_handlers(app)
     app.include_router(health.public)
     app.state.image_files = ImageFiles(config.image_url_ttl, config.image_url_max_mib << 20)
+    app.state.image_max_pixels = config.image_max_pixels
     for openai_routes in (
         models.listing,
         text.router,

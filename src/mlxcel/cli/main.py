@@ -38,6 +38,7 @@ _SERVER_FLAGS = (
     "max_memory",
     "image_url_ttl",
     "image_url_max_mib",
+    "image_max_pixels",
 )
 
 

@@ -13,6 +13,7 @@ from mlxcel.backends.images.diffusers_engine import pipeline_layout_error
 from mlxcel.config.engines import AUDIO_KINDS, side_model, unknown_audio_source
 from mlxcel.config.file import FileConfig, ModelSection, unservable
 from mlxcel.config.settings import (
+    DEFAULT_IMAGE_MAX_PIXELS,
     DEFAULT_IMAGE_URL_MAX_MIB,
     DEFAULT_IMAGE_URL_TTL,
     Kind,
@@ -33,7 +34,16 @@ SIDE_MODELS: dict[str, Kind] = {
 
 
 def add_image_url_flags(add: Callable[..., object]) -> None:
-    """The flags that bound what `response_format: url` image answers keep."""
+    """The flags that bound image answers: their size, and what `response_format: url`
+    answers keep."""
+    add(
+        "--image-max-pixels",
+        type=int,
+        default=DEFAULT_IMAGE_MAX_PIXELS,
+        metavar="N",
+        help="pixels one generated or edited image may have, width times height; larger "
+        "sizes get 400 before any work (default: %(default)s, 1536x1024)",
+    )
     add(
         "--image-url-ttl",
         type=float,

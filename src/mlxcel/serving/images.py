@@ -123,17 +123,25 @@ def _check_options(body: ImageRequest, info: ImageModelInfo) -> None:
 def prepare(
     body: ImageRequest,
     info: ImageModelInfo,
+    max_pixels: int,
     task: Task,
     image: Pixels | None = None,
     mask: Pixels | None = None,
 ) -> tuple[ImageJob, ImageAnswer]:
     """The batch a request asks for, and how its answer goes back; 400 for what the model
-    cannot do. An edit's image and mask come already at the size asked for."""
+    cannot do, or for an image of more than `max_pixels` (--image-max-pixels), before any
+    work. An edit's image and mask come already at the size asked for."""
     _check_options(body, info)
     if image is not None:
         height, width = image.shape[:2]
     else:
         width, height = parse_size(body.size, info, info.default_size)
+    if width * height > max_pixels:
+        raise invalid_request(
+            f"'size' {width}x{height} is {width * height} pixels, more than the {max_pixels} "
+            "this server draws in one image (--image-max-pixels)",
+            "size",
+        )
     seed = body.seed if body.seed is not None else secrets.randbelow(2**31)
     strength = body.strength if isinstance(body, ImageEditRequest) else None
     job = ImageJob(
