@@ -62,6 +62,7 @@ class ModelRegistry:
         max_memory: int | None = None,
         log_level: str = "info",
         log_format: str = "text",
+        worker_timeout: float = 0.0,
     ) -> None:
         self._entries = [ModelEntry(config) for config in configs]
         self._metrics = metrics
@@ -70,6 +71,7 @@ class ModelRegistry:
         self._stand_ins: set[str] = set()
         self._max_memory = max_memory
         self._logging = (log_level, log_format)
+        self._worker_timeout = worker_timeout
         # One load at a time: each is measured alone, and each decides about room alone.
         self._load_lock = asyncio.Lock()
 
@@ -230,7 +232,9 @@ class ModelRegistry:
             loop.call_soon_threadsafe(self._died, entry, worker, reason)
 
         setup = Setup(config, *self._logging)
-        worker, facts = Worker.start(config, setup, self._metrics.bind(entry.name), on_exit)
+        worker, facts = Worker.start(
+            config, setup, self._metrics.bind(entry.name), on_exit, self._worker_timeout
+        )
         return served(config, worker, facts)
 
     def _died(self, entry: ModelEntry, worker: Worker, reason: str) -> None:
