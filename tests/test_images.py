@@ -188,3 +188,12 @@ def test_the_image_routes_answer_as_documented(images_server: ServerProcess) -> 
     # Two denoising steps unless a case says how many (then at most two).
     steps = {"num_inference_steps": 2}
     assert check_operations(images_server.root, auth, 4, "/v1/images", steps) == 3
+    with images_server.http(headers=auth) as http:
+        document = http.get("/openapi.json").json()
+    edit = document["paths"]["/v1/images/edits"]["post"]
+    assert list(edit["requestBody"]["content"]) == ["multipart/form-data"]
+    assert {"image", "mask", "prompt"} <= set(
+        document["components"]["schemas"]["ImageEditRequest"]["properties"]
+    )
+    files = document["paths"]["/v1/images/files/{file_id}"]["get"]
+    assert "image/png" in files["responses"]["200"]["content"]
