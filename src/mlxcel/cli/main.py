@@ -39,6 +39,7 @@ _SERVER_FLAGS = (
     "image_url_ttl",
     "image_url_max_mib",
     "image_max_pixels",
+    "image_max_steps",
 )
 
 

@@ -48,6 +48,8 @@ DEFAULT_IMAGE_URL_MAX_MIB = 256
 # The most pixels one generated or edited image may have: OpenAI's largest size, 1536x1024
 # (a 1024x1024 image took 150 s a step on a CPU here; 2048x2048 is four times that).
 DEFAULT_IMAGE_MAX_PIXELS = 1536 * 1024
+# Denoising steps of one image of the most pixels: with it, what one image request may cost.
+DEFAULT_IMAGE_MAX_STEPS = 50
 DEFAULT_LOG_LEVEL = "info"
 DEFAULT_BACKEND = "auto"
 BACKENDS = ("auto", "llamacpp", "mlx", "transformers")
@@ -391,6 +393,9 @@ class ServerConfig:
     """MiB the linked images may take together; the oldest go first past it."""
     image_max_pixels: int = DEFAULT_IMAGE_MAX_PIXELS
     """Pixels one generated or edited image may have (400 naming `size` past it)."""
+    image_max_steps: int = DEFAULT_IMAGE_MAX_STEPS
+    """With image_max_pixels, the work one image request may ask for: images x steps x
+    pixels at most image_max_pixels x image_max_steps."""
 
     @property
     def hosts(self) -> tuple[str, ...]:
