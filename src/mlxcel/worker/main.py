@@ -19,7 +19,19 @@ from typing import Any, Protocol
 from mlxcel.config.settings import ModelConfig
 from mlxcel.logs import configure, request_scope
 from mlxcel.memory import keep_freed_memory
-from mlxcel.wire.messages import Call, Cancel, LoadFailed, Raised, Ready, Reply, Setup, Stop, Stream
+from mlxcel.wire.messages import (
+    Call,
+    Cancel,
+    LoadFailed,
+    Ping,
+    Pong,
+    Raised,
+    Ready,
+    Reply,
+    Setup,
+    Stop,
+    Stream,
+)
 from mlxcel.worker.outbox import CALL_THREADS, ForwardedMetrics, Outbox, StreamSink, picklable
 
 
@@ -84,6 +96,8 @@ class Dispatcher:
                     sink.cancel()
             elif isinstance(message, Call):
                 self._calls.submit(self._call, message)
+            elif isinstance(message, Ping):
+                self._outbox.put(Pong(message.seq))
 
     def _call(self, call: Call) -> None:
         with request_scope(call.request_id or ""):
