@@ -48,9 +48,17 @@ logger = logging.getLogger(__name__)
 LATEST = ":latest"
 
 
+def error_text(exc: APIError) -> str:
+    """The message, naming the field it is about when it does not already (Ollama's shape
+    has no `param`)."""
+    if exc.param and exc.param not in exc.message:
+        return f"'{exc.param}': {exc.message}"
+    return exc.message
+
+
 def ollama_error(exc: APIError) -> JSONResponse:
     """An error in Ollama's shape."""
-    return JSONResponse({"error": exc.message}, exc.status, headers=exc.headers)
+    return JSONResponse({"error": error_text(exc)}, exc.status, headers=exc.headers)
 
 
 class OllamaRoute(CheckedJsonRoute):
@@ -106,7 +114,7 @@ def _failure(exc: Exception) -> str:
     known = unavailable_now(exc) if isinstance(exc, EngineError) else exc
     if isinstance(known, APIError):
         logger.warning("stream failed: %s", known.message)
-        return known.message
+        return error_text(known)
     logger.exception("stream failed")
     return "internal server error"
 
