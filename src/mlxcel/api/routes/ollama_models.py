@@ -70,8 +70,12 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
 
 def _unsupported(path: str, what: str) -> Any:
     async def route() -> None:
+        # A 400 as for any request asking what this server does not do (not a 404: the route
+        # is here, and the message says what to do instead).
         raise APIError(
-            501, f"{what} through the Ollama API is not supported by mlxcel ({path}): {_INSTEAD}"
+            400,
+            f"{what} through the Ollama API is not supported by mlxcel ({path}): {_INSTEAD}",
+            code="unsupported_operation",
         )
 
     return route
