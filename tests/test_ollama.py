@@ -33,7 +33,7 @@ from mlxcel.weights import default_model_path
 from tests.cached_data import coder_gguf
 from tests.conftest import serving
 from tests.media_util import image_bytes
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, free_port
 
 KEY = "ollama-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -69,7 +69,7 @@ COUNTERS = (
 
 
 @pytest.fixture(scope="module")
-def server(
+def served(
     tmp_path_factory: pytest.TempPathFactory, fim_gguf: Path, tiny_gguf: Path
 ) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("ollama-models")
@@ -86,17 +86,20 @@ def server(
         "  - {model: default, kind: embedding, name: minilm, on_demand: true}\n"
         f"  - {{model: {coder_gguf()}, name: coder, ctx_size: 2048, on_demand: true}}\n"
     )
-    yield from serving(tmp_path_factory, "ollama", "--config", str(config), "--api-key", KEY)
+    port = str(free_port())
+    yield from serving(
+        tmp_path_factory, "ollama", "--config", str(config), "--api-key", KEY, "--ollama-port", port
+    )
 
 
 @pytest.fixture(scope="module")
-def client(server: ServerProcess) -> ollama.Client:
-    return ollama.Client(host=server.root, headers=AUTH)
+def client(served: ServerProcess) -> ollama.Client:
+    return ollama.Client(host=served.root, headers=AUTH)
 
 
 @pytest.fixture
-def http(server: ServerProcess) -> Iterator[httpx.Client]:
-    with server.http(headers=AUTH) as client:
+def http(served: ServerProcess) -> Iterator[httpx.Client]:
+    with served.http(headers=AUTH) as client:
         yield client
 
 
@@ -343,14 +346,31 @@ def test_errors_in_ollama_shape(
     assert words in _error(http.request(method, path, json=body), status)
 
 
-def test_the_api_key_applies(server: ServerProcess) -> None:
-    with server.http() as bare:
+def test_the_api_key_applies(served: ServerProcess) -> None:
+    with served.http() as bare:
         assert "API key" in _error(bare.get("/api/tags"), 401)
         body = {"model": "smol", "messages": HELLO}
         assert "API key" in _error(bare.post("/api/chat", json=body), 401)
     with pytest.raises(ollama.ResponseError) as caught:
-        ollama.Client(host=server.root).list()
+        ollama.Client(host=served.root).list()
     assert caught.value.status_code == 401
+
+
+def test_the_second_port_answers_too(served: ServerProcess) -> None:
+    port = served.args[served.args.index("--ollama-port") + 1]
+    other = ollama.Client(host=f"http://127.0.0.1:{port}", headers=AUTH)
+    assert {m.model for m in other.list().models} == {
+        m.model for m in ollama.Client(host=served.root, headers=AUTH).list().models
+    }
+
+
+def test_names_with_a_tag_and_unknown_names_on_one_model(server: ServerProcess) -> None:
+    # The shared one-model server: `default:latest` is `default`, and an unknown name is the
+    # one model, as on the OpenAI routes (unless --strict-model-names).
+    client = ollama.Client(host=server.root)
+    for name in ("default:latest", "llama3.2:latest"):
+        answer = client.chat(name, messages=HELLO, options={"num_predict": 2})
+        assert answer.model == name and answer.eval_count == 2
 
 
 @pytest.mark.parametrize(
