@@ -2,7 +2,8 @@
 
 One server with an API key serves several models from a config file: the default model twice
 (once behind a template that opens <think>), and on demand a tiny GGUF with FIM tokens, a tiny
-GGUF with a vision projector, MiniLM and the real tool model (Qwen2.5-Coder-0.5B). Only
+GGUF with a vision projector and MiniLM; the real tool model (Qwen2.5-Coder-0.5B) on a server
+of its own for the slow tool-call test. Only
 structure, agreement with the same server's OpenAI and llama-server routes, and forced output
 are asserted, never a model's words.
 """
@@ -84,7 +85,6 @@ def served(
         f"  - {{model: {tiny_gguf}, name: vision, mmproj: {projector}, ctx_size: 512,"
         f" on_demand: true}}\n"
         "  - {model: default, kind: embedding, name: minilm, on_demand: true}\n"
-        f"  - {{model: {coder_gguf()}, name: coder, ctx_size: 2048, on_demand: true}}\n"
     )
     port = str(free_port())
     yield from serving(
@@ -137,7 +137,6 @@ def test_version_list_show_and_ps(client: ollama.Client, http: httpx.Client) -> 
     assert "thinking" in (client.show("thinker:latest").capabilities or [])
     assert "insert" in (client.show("fim").capabilities or [])
     assert client.show("minilm").capabilities == ["embedding"]
-    assert "tools" in (client.show("coder").capabilities or [])
 
     running = {m.model: m for m in client.ps().models}
     assert running["smol:latest"].context_length == 1024
@@ -292,8 +291,21 @@ def test_keep_alive_loads_and_unloads(client: ollama.Client, http: httpx.Client)
     _wait_for(http, "vision", "unloaded")
 
 
+@pytest.fixture(scope="module")
+def coder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ollama.Client]:
+    """The real tool model (Qwen2.5-Coder-0.5B), which calls the weather tool at temperature 0
+    (tests/test_agents_real_model.py)."""
+    for proc in serving(
+        tmp_path_factory, "ollama-coder", "-m", str(coder_gguf()), "--alias", "coder",
+        "--ctx-size", "2048",
+    ):  # fmt: skip
+        yield ollama.Client(host=proc.root)
+
+
 @pytest.mark.slow
-def test_tool_calls_come_back_as_objects(client: ollama.Client) -> None:
+def test_tool_calls_come_back_as_objects(coder: ollama.Client) -> None:
+    client = coder
+    assert "tools" in (client.show("coder").capabilities or [])
     ask = [{"role": "user", "content": "What's the weather in Paris right now?"}]
     options = {"temperature": 0, "num_predict": 64}
     whole = client.chat("coder", messages=ask, tools=[WEATHER], options=options)

@@ -20,17 +20,13 @@ from mlxcel.engine.types import TokenEvent
 from mlxcel.media.audio import SentMedia
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.parsers.reasoning import reasoning_parser_name
+from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.protocol.ollama import ChatRequest, GenerateRequest
 from mlxcel.serving.answer import AnswerStream, parse_answer
 from mlxcel.serving.chat import chat_text, prepare_chat
 from mlxcel.serving.infill import prepare_infill
 from mlxcel.serving.native import prepare_native
-from mlxcel.serving.ollama_input import (
-    chat_request,
-    generate_chat,
-    generate_infill,
-    generate_native,
-)
+from mlxcel.serving.ollama_input import generate_chat, generate_infill, generate_native
 from mlxcel.serving.text import Generation, Outcome, collect, stream_all
 from mlxcel.serving.tools import ToolPlan
 
@@ -63,13 +59,14 @@ class OllamaJob:
 def prepare_chat_job(
     model: LoadedModel,
     request: ChatRequest,
+    chat: ChatCompletionRequest,
     media: Sequence[SentMedia],
     started: float,
 ) -> OllamaJob:
-    """/api/chat on the chat path."""
+    """/api/chat on the chat path, as `chat` (ollama_input.chat_request) asks."""
     job = prepare_chat(
         model,
-        chat_request(request),
+        chat,
         model.n_predict,
         model.tool_call_parser,
         model.reasoning_parser,

@@ -169,7 +169,7 @@ async def chat(body: ChatRequest, request: Request) -> Any:
     load_ns = int((time.perf_counter() - started) * 1e9) if loading else 0
     chat_body = chat_request(body)
     media = await request_media(chat_media(chat_body), model, request.app.state.media)
-    job = await asyncio.to_thread(prepare_chat_job, model, body, media, started)
+    job = await asyncio.to_thread(prepare_chat_job, model, body, chat_body, media, started)
     job.load_ns = load_ns
     return await _answer(request, job, body.stream)
 
