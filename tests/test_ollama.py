@@ -337,6 +337,8 @@ def test_tool_calls_come_back_as_objects(coder: ollama.Client) -> None:
          400, "template"),
         ("POST", "/api/generate", {"model": "smol", "prompt": "a", "keep_alive": "5 parsecs"},
          400, "keep_alive"),
+        ("POST", "/api/generate", {"model": "smol", "prompt": "a", "keep_alive": True},
+         400, "keep_alive"),
         ("POST", "/api/generate", {"model": "smol", "prompt": "a", "suffix": "b"},
          400, "FIM tokens"),
         ("POST", "/api/chat", {"model": "smol", "messages": HELLO, "format": {"type": 5}},

@@ -29,9 +29,9 @@ _GO_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 def keep_alive_seconds(value: Any) -> Any:
     """Ollama's keep_alive as seconds: a number is seconds, a string a Go duration ("5m") or
     a number; a negative one means forever (math.inf)."""
-    if value is None or isinstance(value, bool):
+    if value is None:
         return value
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         seconds = float(value)
     elif isinstance(value, str):
         seconds = _go_duration(value.strip())

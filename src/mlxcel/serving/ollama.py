@@ -21,6 +21,7 @@ from mlxcel.media.audio import SentMedia
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.parsers.reasoning import reasoning_parser_name
 from mlxcel.protocol.chat import ChatCompletionRequest
+from mlxcel.protocol.errors import APIError
 from mlxcel.protocol.ollama import ChatRequest, GenerateRequest
 from mlxcel.serving.answer import AnswerStream, parse_answer
 from mlxcel.serving.chat import chat_text, prepare_chat
@@ -31,6 +32,8 @@ from mlxcel.serving.text import Generation, Outcome, collect, stream_all
 from mlxcel.serving.tools import ToolPlan
 
 NS_PER_MS = 1_000_000
+# /infill's fields as /api/generate names them, for the errors that name one.
+_INFILL_FIELDS = {"input_prefix": "prompt", "input_suffix": "suffix"}
 
 
 def now_text() -> str:
@@ -85,7 +88,11 @@ def prepare_generate_job(
     the chat path otherwise."""
     name = request.model
     if request.suffix:
-        native = prepare_infill(model, generate_infill(request), model.n_predict)
+        try:
+            native = prepare_infill(model, generate_infill(request), model.n_predict)
+        except APIError as exc:
+            exc.param = _INFILL_FIELDS.get(exc.param or "", exc.param)
+            raise
         generation = native.generations[0]
         return OllamaJob(generation, None, None, name, False, started, context=generation.prompt)
     if request.raw or request.context:
