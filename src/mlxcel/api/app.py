@@ -24,6 +24,8 @@ from mlxcel.api.routes import (
     models,
     native,
     observe,
+    ollama,
+    ollama_models,
     responses,
     text,
 )
@@ -75,6 +77,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(native.router)
     app.include_router(embeddings.router)
     app.include_router(anthropic.router)
+    app.include_router(ollama.router)
+    app.include_router(ollama_models.router)
     app.include_router(observe.router)
     if config.webui:
         app.include_router(webui_router())

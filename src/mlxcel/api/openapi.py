@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 import mlxcel.protocol
 from mlxcel.api.auth import require_api_key
+from mlxcel.api.openapi_ollama import OLLAMA_ERROR, ollama_responses
 from mlxcel.api.openapi_requests import (
     BINARY,
     add_forms,
@@ -319,6 +320,7 @@ def openapi_document(app: FastAPI, secured: bool, capabilities: set[Capability])
     _drop_refused(schemas)
     schemas["Error"] = ERROR
     schemas["AnthropicError"] = ANTHROPIC_ERROR
+    schemas["OllamaError"] = OLLAMA_ERROR
     document["components"]["securitySchemes"] = {
         "bearer": {"type": "http", "scheme": "bearer", "description": "Authorization: Bearer KEY"},
         "apiKey": {"type": "apiKey", "in": "header", "name": "X-Api-Key"},
@@ -326,6 +328,8 @@ def openapi_document(app: FastAPI, secured: bool, capabilities: set[Capability])
     for path, operations in document["paths"].items():
         for method, operation in operations.items():
             operation["responses"] = _responses(method, path, secured, operation["responses"])
+            if path.startswith("/api/"):
+                operation["responses"] = ollama_responses(method, path, operation["responses"])
             if secured and path not in _PUBLIC:
                 operation["security"] = [{"bearer": []}, {"apiKey": []}]
     return document

@@ -75,6 +75,13 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="TCP port to listen on (default: %(default)s)",
     )
     add(
+        "--ollama-port",
+        type=int,
+        metavar="PORT",
+        help="also listen on this TCP port (Ollama's is 11434), for clients with Ollama's "
+        "address built in; every route answers on both (default: none)",
+    )
+    add(
         "--socket",
         metavar="PATH",
         type=Path,

@@ -74,6 +74,9 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error("--threads-batch must be at least 1")
     if not 0 < args.port < 65536:
         parser.error("--port must be between 1 and 65535")
+    ollama_port = getattr(args, "ollama_port", None)
+    if ollama_port is not None and not (0 < ollama_port < 65536 and ollama_port != args.port):
+        parser.error("--ollama-port must be between 1 and 65535, and not --port")
     if args.cache_ram < -1:
         parser.error("--cache-ram must be -1 (no limit), 0 (off) or a size in MiB")
     if args.chat_template_file is not None and not args.chat_template_file.is_file():
@@ -197,6 +200,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         log_format=args.log_format,
         webui=not args.no_webui,
         strict_model_names=args.strict_model_names,
+        ollama_port=getattr(args, "ollama_port", None),
         shutdown_timeout=args.shutdown_timeout,
         worker_timeout=args.worker_timeout,
         exit_on_stdin_close=args.exit_on_stdin_close,

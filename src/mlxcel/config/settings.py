@@ -344,6 +344,8 @@ class ServerConfig:
     models: tuple[ModelConfig, ...]
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
+    ollama_port: int | None = None
+    """A second TCP port on the same hosts (--ollama-port), for clients built for Ollama's."""
     socket: Path | None = None
     api_keys: tuple[str, ...] = ()
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES

@@ -4,6 +4,7 @@ errors the registry's lookups and lifecycle raise."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -62,6 +63,16 @@ class ModelEntry:
     failures: deque[float] = field(default_factory=deque)
     size: int | None = None
     """What the model took when it last loaded, measured: its worker's resident memory."""
+    keep_alive: float | None = None
+    """Seconds it stays loaded once idle, as the last request's keep_alive set it (Ollama's
+    API; math.inf: forever); None: its configured idle timeout."""
+
+    @property
+    def idle_timeout(self) -> float:
+        """Seconds idle before it is unloaded; 0: never."""
+        if self.keep_alive is None:
+            return self.config.idle_timeout
+        return 0.0 if math.isinf(self.keep_alive) else max(self.keep_alive, 1e-9)
 
     @property
     def name(self) -> str:

@@ -353,20 +353,15 @@ class ModelRegistry:
                 raise outcome
 
     async def watch_idle(self) -> None:
-        """Forever: unload each model idle for longer than its idle timeout (unless pinned)."""
-        timeouts = [
-            e.config.idle_timeout
-            for e in self._entries
-            if e.config.idle_timeout > 0 and not e.config.pinned
-        ]
-        if not timeouts:
-            return
-        poll = min(IDLE_POLL_MAX_S, max(IDLE_POLL_MIN_S, min(timeouts) / 4))
+        """Forever: unload each model idle for longer than its idle timeout (unless pinned);
+        a request's keep_alive may set one for a model that has none."""
         while True:
-            await asyncio.sleep(poll)
+            timeouts = [e.idle_timeout for e in self._entries if not e.config.pinned]
+            shortest = min((t for t in timeouts if t > 0), default=4 * IDLE_POLL_MAX_S)
+            await asyncio.sleep(min(IDLE_POLL_MAX_S, max(IDLE_POLL_MIN_S, shortest / 4)))
             now = time.monotonic()
             for entry in self._entries:
-                timeout = entry.config.idle_timeout
+                timeout = entry.idle_timeout
                 if (
                     timeout > 0
                     and not entry.config.pinned
