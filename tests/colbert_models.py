@@ -125,7 +125,8 @@ def pylate_encode(
     tokenizer.pad_token = tokenizer.mask_token
     model = BertModel.from_pretrained(str(folder), add_pooling_layer=False).eval()
     stanford = (folder / "artifact.metadata").is_file()
-    weights = load_file(str(folder / ("model.safetensors" if stanford else "1_Dense/model.safetensors")))
+    dense = folder if stanford else folder / "1_Dense"
+    weights = load_file(str(dense / "model.safetensors"))
     length = QUERY_LENGTH if is_query else DOCUMENT_LENGTH
     features = tokenizer(
         [t.strip() for t in texts],

@@ -66,8 +66,13 @@ def build_siglip(out_dir: Path, seed: int = 0) -> Path:
     on the tests' words and its processor (texts padded to 16 tokens, as SigLIP pads)."""
     import sentencepiece as spm
     import torch
-    from transformers import SiglipConfig, SiglipImageProcessorPil, SiglipModel
-    from transformers import SiglipProcessor, SiglipTokenizer
+    from transformers import (
+        SiglipConfig,
+        SiglipImageProcessorPil,
+        SiglipModel,
+        SiglipProcessor,
+        SiglipTokenizer,
+    )
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model = io.BytesIO()
