@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from bench.clip_models import build_siglip, build_st_clip, png
 
 from tests.conftest import ok, serving
-from tests.image_text_models import build_siglip, build_st_clip, png
 from tests.server_process import ServerProcess
 
 TEXTS = ["a cat sat on the mat", "the dog"]
@@ -161,3 +161,48 @@ def test_listed_with_their_modalities(server: ServerProcess) -> None:
         assert listed[name]["capabilities"] == ["embedding"]
     assert listed["clip"]["meta"]["backend"] == "onnxruntime"
     assert listed["siglip"]["meta"]["backend"] == "torch"
+
+
+@pytest.mark.slow
+def test_playground_ranks_documents_against_an_image(server: ServerProcess, tmp_path: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.test_webui import CHROMIUM, CHROMIUM_ARGS
+
+    query = tmp_path / "query.png"
+    query.write_bytes(png(9))
+    documents = ["a cat", "the dog sat", "python code"]
+    errors: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        page = browser.new_page()
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(server.root + "/")
+        page.wait_for_selector("body[data-ready=true]")
+        page.click("button.tab[data-view=scores]")
+        panel = page.locator("#panel-scores")
+        panel.locator("select").select_option(label="clip")
+        panel.locator("input[name=image]").set_input_files(str(query))
+        panel.locator("textarea[name=documents]").fill("\n".join(documents))
+        with page.expect_request(lambda r: r.url.endswith("/v1/embeddings")) as request:
+            panel.locator("button[type=submit]").click()
+        rows = panel.locator("table.scores tr")
+        expect(rows).to_have_count(len(documents))
+        shown = [
+            (cells[2], float(cells[0]))
+            for cells in (rows.nth(i).locator("td").all_inner_texts() for i in range(3))
+        ]
+        browser.close()
+    sent = request.value.post_data_json["input"]
+    assert sent[0] == {"type": "image_url", "image_url": {"url": data_uri(png(9))}}
+    assert sent[1:] == documents
+    got = vectors(server, "clip", [image(png(9)), *documents])
+    expected = sorted(
+        ((text, float(got[0] @ got[i + 1])) for i, text in enumerate(documents)),
+        key=lambda row: -row[1],
+    )
+    assert [t for t, _ in shown] == [t for t, _ in expected]
+    assert np.allclose([s for _, s in shown], [s for _, s in expected], atol=1e-4)
+    assert errors == []

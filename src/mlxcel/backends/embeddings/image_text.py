@@ -66,7 +66,8 @@ class TorchImageTextEmbedder:
             pooling="projection",
             end_token=end_token(self._tokenizer),
             modalities=("text", "image"),
-            image_tokens=(vision.image_size // vision.patch_size) ** 2 + 1,
+            # CLIP's class token besides its patches; SigLIP pools without one.
+            image_tokens=(vision.image_size // vision.patch_size) ** 2 + (0 if self._pad_to else 1),
         )
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:

@@ -1,6 +1,7 @@
-"""Tiny random image-text models for the embedding tests and bench, built offline: CLIP and
-SigLIP folders in Hugging Face's layout (config, weights, processor and tokenizer files), and
-CLIP in sentence-transformers' layout (a 0_CLIPModel module folder)."""
+"""Random image-text models for the embedding tests and bench/embeddings.py --images, built
+offline: CLIP and SigLIP folders in Hugging Face's layout (config, weights, processor and
+tokenizer files), tiny or at ViT-B/32's shape, and CLIP in sentence-transformers' layout (a
+0_CLIPModel module folder)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,12 @@ import io
 import json
 from pathlib import Path
 
-from tests.encoder_models import LETTERS, SENTENCE_WORDS
+# Letters and the tests' words: what the tokenizers are made of.
+LETTERS = [chr(c) for c in range(ord("a"), ord("z") + 1)] + list("0123456789.,!?'-")
+SENTENCE_WORDS = (
+    "the a an of to in is are was and or for on with what which who how where when why "
+    "capital city france paris cat cats dog dogs sat mat eat food bread python code river"
+)
 
 TOWER = {
     "hidden_size": 32,
@@ -17,6 +23,21 @@ TOWER = {
     "num_attention_heads": 2,
 }
 VISION = {**TOWER, "image_size": 32, "patch_size": 8}
+# CLIP ViT-B/32's shape (openai/clip-vit-base-patch32): what a real image model costs.
+BASE_TEXT = {
+    "hidden_size": 512,
+    "intermediate_size": 2048,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 8,
+}
+BASE_VISION = {
+    "hidden_size": 768,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "image_size": 224,
+    "patch_size": 32,
+}
 
 
 def _clip_tokenizer(out_dir: Path) -> object:
@@ -32,18 +53,22 @@ def _clip_tokenizer(out_dir: Path) -> object:
     return CLIPTokenizer(str(out_dir / "vocab.json"), str(out_dir / "merges.txt"))
 
 
-def build_clip(out_dir: Path, seed: int = 0, *, vision: dict[str, int] | None = None) -> Path:
-    """A CLIPModel of two small layers a tower, its processor (32-pixel crops) and tokenizer."""
+def build_clip(out_dir: Path, seed: int = 0, *, base: bool = False) -> Path:
+    """A CLIPModel of two small layers a tower, its processor (32-pixel crops) and tokenizer;
+    with `base`, at ViT-B/32's shape (224-pixel crops)."""
     import torch
     from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPProcessor
 
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = _clip_tokenizer(out_dir)
-    shape = vision or VISION
+    shape = (
+        {**BASE_VISION, "intermediate_size": 3072, "num_attention_heads": 12} if base else VISION
+    )
     side = shape["image_size"]
+    text_shape = {**BASE_TEXT, "num_attention_heads": 8} if base else TOWER
     config = CLIPConfig(
         text_config={
-            **TOWER,
+            **text_shape,
             "vocab_size": len(tokenizer),  # type: ignore[arg-type]
             "max_position_embeddings": 40,
             "bos_token_id": 0,
@@ -51,7 +76,7 @@ def build_clip(out_dir: Path, seed: int = 0, *, vision: dict[str, int] | None = 
             "pad_token_id": 1,
         },
         vision_config=shape,
-        projection_dim=24,
+        projection_dim=512 if base else 24,
     )
     torch.manual_seed(seed)
     CLIPModel(config).eval().save_pretrained(out_dir)
