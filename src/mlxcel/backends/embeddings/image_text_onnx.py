@@ -1,7 +1,8 @@
 """Image-text embedding models (CLIP, SigLIP) on ONNX Runtime: each tower (text, image) with
 its projection exported once from the torch model and cached as the text encoders' exports are.
-Measured about twice torch's images/s on a Linux CPU, on a tiny model and at ViT-B/32's shape
-(bench/embeddings.py --images); the vectors are torch's to float rounding."""
+Measured at 2.3x torch's images/s on a Linux CPU at ViT-B/32's shape, even with it on a tiny
+model, where decoding the images dominates (bench/embeddings.py --images); the vectors are
+torch's to float rounding."""
 
 from __future__ import annotations
 
