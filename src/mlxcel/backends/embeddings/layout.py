@@ -6,6 +6,7 @@ input modalities and whether it answers with a matrix before it loads it."""
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -65,8 +66,10 @@ def is_pylate(folder: Path) -> bool:
     return any(str(m.get("type", "")).startswith("pylate.") for m in st_modules(folder))
 
 
+@lru_cache(maxsize=64)
 def folder_layout(folder: Path) -> Layout:
-    """What an embedding model folder holds (a GGUF file is a text encoder)."""
+    """What an embedding model folder holds (a GGUF file is a text encoder). Read once per
+    folder: a model's capabilities are asked for at every request's lookup."""
     if not folder.is_dir():
         return "text"
     if clip_folder(folder) is not None:
