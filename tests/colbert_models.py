@@ -158,3 +158,58 @@ def pylate_encode(
         rows = torch.nn.functional.normalize(projected[n][keep], p=2, dim=1)
         out.append(rows.numpy())
     return out
+
+
+def build_colqwen(out_dir: Path, seed: int = 0) -> Path:
+    """A ColQwen2 (transformers' ColQwen2ForRetrieval) on the tiny random Qwen2-VL of
+    tests/mlx_qwen2vl.py, with its ColQwen2Processor."""
+    import shutil
+
+    import torch
+    from transformers import (
+        AutoImageProcessor,
+        AutoTokenizer,
+        ColQwen2Config,
+        ColQwen2ForRetrieval,
+        ColQwen2Processor,
+    )
+
+    from tests.hf_qwen2vl import tiny_config
+
+    base = out_dir.with_name(out_dir.name + "-base")
+    vlm = tiny_config(base)
+    torch.manual_seed(seed)
+    ColQwen2ForRetrieval(ColQwen2Config(vlm_config=vlm, embedding_dim=DIM)).eval().save_pretrained(
+        out_dir
+    )
+    images, tokenizer = (
+        AutoImageProcessor.from_pretrained(base),
+        AutoTokenizer.from_pretrained(base),
+    )
+    ColQwen2Processor(image_processor=images, tokenizer=tokenizer).save_pretrained(out_dir)
+    shutil.rmtree(base)
+    return out_dir
+
+
+def colqwen_encode(folder: Path, texts: list[str], pictures: list[bytes]) -> list[np.ndarray]:
+    """transformers' own ColQwen2 matrices: each text as a query, then each image, one at a
+    time, the rows the attention mask keeps."""
+    import io
+
+    import torch
+    from PIL import Image
+    from transformers import ColQwen2ForRetrieval, ColQwen2Processor
+
+    model = ColQwen2ForRetrieval.from_pretrained(str(folder)).eval()
+    processor = ColQwen2Processor.from_pretrained(str(folder))
+    batches = [processor.process_queries(text=[t]) for t in texts]
+    batches += [
+        processor.process_images(images=[Image.open(io.BytesIO(p)).convert("RGB")])
+        for p in pictures
+    ]
+    out = []
+    with torch.no_grad():
+        for batch in batches:
+            rows = model(**batch).embeddings[0]
+            out.append(rows[batch["attention_mask"][0].bool()].numpy())
+    return out

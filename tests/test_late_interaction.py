@@ -1,6 +1,7 @@
-"""Late interaction: tiny random ColBERT models in PyLate's layout and the original checkpoints'
-on one server; a matrix per input on /v1/embeddings (held to PyLate's encoding, written out in
-tests/colbert_models.py) and MaxSim on /v1/rerank."""
+"""Late interaction: tiny random ColBERT models in PyLate's layout and the original checkpoints',
+and a tiny ColQwen2, on one server; a matrix per input on /v1/embeddings (held to PyLate's
+encoding, written out in tests/colbert_models.py, and to transformers' ColQwen2) and MaxSim on
+/v1/rerank."""
 
 from __future__ import annotations
 
@@ -12,8 +13,16 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from bench.clip_models import png
 
-from tests.colbert_models import QUERY_LENGTH, build_pylate, build_stanford, pylate_encode
+from tests.colbert_models import (
+    QUERY_LENGTH,
+    build_colqwen,
+    build_pylate,
+    build_stanford,
+    colqwen_encode,
+    pylate_encode,
+)
 from tests.conftest import ok, serving
 from tests.server_process import ServerProcess
 
@@ -33,7 +42,11 @@ MODELS = {
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("colbert")
-    return {"pylate": build_pylate(root / "pylate"), "stanford": build_stanford(root / "stanford")}
+    return {
+        "pylate": build_pylate(root / "pylate"),
+        "stanford": build_stanford(root / "stanford"),
+        "colqwen": build_colqwen(root / "colqwen"),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +58,7 @@ def server(
         "models:\n"
         f"  - model: {folders['pylate']}\n    kind: embedding\n    name: colbert-pylate\n"
         f"  - model: {folders['stanford']}\n    kind: embedding\n    name: colbert-stanford\n"
+        f"  - model: {folders['colqwen']}\n    kind: embedding\n    name: colqwen\n"
     )
     yield from serving(tmp_path_factory, "late-interaction", "--config", str(config))
 
@@ -147,8 +161,25 @@ def test_limits_and_refusals(server: ServerProcess) -> None:
 def test_listed_as_multi_vector_rerankers(server: ServerProcess) -> None:
     with server.http() as http:
         listed = {m["id"]: m for m in ok(http.get("/v1/models"))["data"]}
-    for name in MODELS:
+    for name in [*MODELS, "colqwen"]:
         assert listed[name]["multi_vector"] is True
         assert listed[name]["capabilities"] == ["embedding", "rerank"]
-        assert listed[name]["input_modalities"] == ["text"]
         assert listed[name]["meta"]["backend"] == "torch"
+        modalities = ["text", "image"] if name == "colqwen" else ["text"]
+        assert listed[name]["input_modalities"] == modalities
+
+
+def test_colqwen_pages_and_queries(server: ServerProcess, folders: dict[str, Path]) -> None:
+    texts, pictures = ["a cat sat", "the dog"], [png(1, (56, 56)), png(2, (84, 56))]
+    pages = [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + encoded}}
+        for encoded in (base64.b64encode(p).decode() for p in pictures)
+    ]
+    got = matrices(server, "colqwen", [*texts, *pages], input_type="query")
+    expected = colqwen_encode(folders["colqwen"], texts, pictures)
+    for matrix, want in zip(got, expected, strict=True):
+        assert matrix.shape == want.shape
+        assert np.allclose(matrix, want, atol=1e-4), np.abs(matrix - want).max()
+    # A query scores a page by MaxSim from the same matrices.
+    scores = [(got[0] @ page.T).max(axis=1).sum() for page in got[2:]]
+    assert all(np.isfinite(scores))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mlxcel.backends.embeddings.layout import folder_layout
+from mlxcel.backends.embeddings.layout import folder_layout, is_vision_retriever
 from mlxcel.backends.embeddings.types import (
     Embedder,
     EmbedsImages,
@@ -137,7 +137,12 @@ def open_embedder(path: Path, options: EncoderOptions) -> Embedder:
 
 
 def _open_special(path: Path, layout: str, engine: str, options: EncoderOptions) -> Embedder:
-    """An image-text folder (CLIP, SigLIP) or a late-interaction one (ColBERT)."""
+    """An image-text folder (CLIP, SigLIP) or a late-interaction one (ColBERT, ColQwen2,
+    ColPali)."""
+    if layout == "late-interaction" and is_vision_retriever(path):
+        from mlxcel.backends.embeddings.colvision import ColVisionEmbedder
+
+        return ColVisionEmbedder(path, threads=options.threads, batch_tokens=options.batch_tokens)
     if layout == "late-interaction":
         from mlxcel.backends.embeddings.colbert import ColbertEmbedder
 

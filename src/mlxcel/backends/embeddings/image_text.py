@@ -9,6 +9,7 @@ feature (`get_text_features`, `get_image_features`), unnormalized: serving norma
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,35 @@ def features_of(output: Any) -> Any:
     """The projected features: the tensor older transformers return, or the pooled output of
     the object newer ones do."""
     return output if hasattr(output, "shape") else output.pooler_output
+
+
+def decoded(images: list[EncodedImage]) -> tuple[list[np.ndarray | Unreadable], dict[int, Any]]:
+    """Each image's place in the answer (`Unreadable` where its pixels do not decode, an empty
+    array to fill in where they do) and the Pillow images that decoded, by index."""
+    out: list[np.ndarray | Unreadable] = []
+    pictures: dict[int, Any] = {}
+    for index, image in enumerate(images):
+        try:
+            pictures[index] = image.decoded().to_pil()
+            out.append(np.empty(0, dtype=np.float32))
+        except MediaError as exc:
+            out.append(Unreadable(exc.message, exc.code))
+    return out, pictures
+
+
+def embed_decoded(
+    images: list[EncodedImage], per_batch: int, run: Callable[[list[Any]], Sequence[np.ndarray]]
+) -> list[np.ndarray | Unreadable]:
+    """Each image's vector (or matrix): those that decode go to `run` as Pillow images,
+    `per_batch` at a time, the others are `Unreadable`."""
+    out, pictures = decoded(images)
+    readable = list(pictures)
+    for start in range(0, len(readable), max(1, per_batch)):
+        part = readable[start : start + max(1, per_batch)]
+        values = run([pictures[i] for i in part])
+        for row, i in enumerate(part):
+            out[i] = values[row]
+    return out
 
 
 class TorchImageTextEmbedder:
@@ -115,26 +145,12 @@ class TorchImageTextEmbedder:
         and the others are embedded all the same."""
         import torch
 
-        out: list[np.ndarray | Unreadable] = []
-        pictures: dict[int, Any] = {}
-        for index, image in enumerate(images):
-            try:
-                pictures[index] = image.decoded().to_pil()
-                out.append(np.empty(0, dtype=np.float32))
-            except MediaError as exc:
-                out.append(Unreadable(exc.message, exc.code))
-        readable = list(pictures)
-        per_batch = max(1, self._budget // max(1, self.info.image_tokens))
+        def run(pictures: list[Any]) -> Sequence[np.ndarray]:
+            pixels = self._processor(images=pictures, return_tensors="np")["pixel_values"]
+            return list(self.image_features(np.asarray(pixels, dtype=np.float32)))
+
         with torch.inference_mode():
-            for start in range(0, len(readable), per_batch):
-                part = readable[start : start + per_batch]
-                pixels = self._processor(images=[pictures[i] for i in part], return_tensors="np")[
-                    "pixel_values"
-                ]
-                values = self.image_features(np.asarray(pixels, dtype=np.float32))
-                for row, i in enumerate(part):
-                    out[i] = values[row]
-        return out
+            return embed_decoded(images, self._budget // max(1, self.info.image_tokens), run)
 
     def close(self) -> None:
         """Drop the model."""

@@ -16,6 +16,8 @@ Layout = Literal["text", "image-text", "late-interaction"]
 IMAGE_TEXT_TYPES = ("clip", "siglip")
 # sentence-transformers' CLIP module (its folder holds a transformers CLIP folder).
 ST_CLIP_MODULE = "sentence_transformers.models.CLIPModel"
+# Late-interaction document-image retrievers (transformers' ColQwen2 and ColPali).
+VISION_RETRIEVER_TYPES = ("colqwen2", "colpali")
 # The original ColBERT checkpoints' architecture, and the file their settings are in.
 STANFORD_ARCHITECTURE = "HF_ColBERT"
 STANFORD_METADATA = "artifact.metadata"
@@ -67,6 +69,11 @@ def is_pylate(folder: Path) -> bool:
 
 
 @lru_cache(maxsize=64)
+def is_vision_retriever(folder: Path) -> bool:
+    """A ColQwen2 or ColPali folder: pages as images, queries as text, a matrix each."""
+    return read_json(folder / "config.json").get("model_type") in VISION_RETRIEVER_TYPES
+
+
 def folder_layout(folder: Path) -> Layout:
     """What an embedding model folder holds (a GGUF file is a text encoder). Read once per
     folder: a model's capabilities are asked for at every request's lookup."""
@@ -74,11 +81,12 @@ def folder_layout(folder: Path) -> Layout:
         return "text"
     if clip_folder(folder) is not None:
         return "image-text"
-    if is_pylate(folder) or is_stanford_colbert(folder):
+    if is_pylate(folder) or is_stanford_colbert(folder) or is_vision_retriever(folder):
         return "late-interaction"
     return "text"
 
 
 def layout_modalities(folder: Path) -> tuple[str, ...]:
     """What an embedding model's inputs may be."""
-    return ("text", "image") if folder_layout(folder) == "image-text" else ("text",)
+    images = folder_layout(folder) == "image-text" or is_vision_retriever(folder)
+    return ("text", "image") if images else ("text",)
