@@ -6,7 +6,7 @@ async () => {
   const { describeModels } = await import("/webui/models.js");
   const { requestBody } = await import("/webui/settings.js");
   const { streamStats, statsText } = await import("/webui/chat.js");
-  const { availablePanels, cosine, ranked } = await import("/webui/tools.js");
+  const { availablePanels, cosine, ranked, scoreInput } = await import("/webui/tools.js");
   const { defaultSettings, newConversation, titleOf } = await import("/webui/store.js");
 
   const results = {};
@@ -144,6 +144,22 @@ async () => {
   check("scores rank documents", () => {
     const scores = [cosine([1, 0], [1, 0]), cosine([1, 0], [0, 2]), cosine([0, 0], [1, 1])];
     return same([scores, ranked(["a", "b"], [0.1, 0.9]).map((r) => r.text)], [[1, 0, 0], ["b", "a"]]);
+  });
+  check("an image query leads the embedding input", () => {
+    const url = "data:image/png;base64,AAAA";
+    return same([scoreInput("q", null, ["d"]), scoreInput("q", url, ["d"])],
+      [["q", "d"], [{ type: "image_url", image_url: { url } }, "d"]]);
+  });
+  check("a multi-vector model is marked for MaxSim", () => {
+    const models = describeModels({ data: [
+      { id: "colbert", capabilities: ["embedding", "rerank"], multi_vector: true },
+      { id: "clip", capabilities: ["embedding"], multi_vector: false },
+    ] });
+    return same(availablePanels(models).map((p) => p.models), [[
+      { id: "colbert", capability: "rerank", multiVector: true },
+      { id: "colbert", capability: "embedding", multiVector: true },
+      { id: "clip", capability: "embedding" },
+    ]]);
   });
   check("titles", () => {
     const conversation = newConversation("m");

@@ -124,7 +124,8 @@ def side_weights(kind: Kind, source: str) -> tuple[Path, str | None]:
         path = Path(source).expanduser()
         if not path.exists():
             raise WeightsError("no such file or folder")
-        if path.is_dir() and not (path / "config.json").is_file():
+        # modules.json: a sentence-transformers folder, whose modules hold their configs (CLIP).
+        if path.is_dir() and not any((path / n).is_file() for n in ("config.json", "modules.json")):
             raise WeightsError("not a model folder (no config.json)")
         if path.is_file() and path.suffix.lower() != ".gguf":
             raise WeightsError("not a GGUF file or a model folder")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from mlxcel.backends.embeddings.layout import folder_layout, layout_modalities
 from mlxcel.logs import LOG_FORMATS
 from mlxcel.media.policy import MediaLimits, MediaPolicy
 from mlxcel.mmproj import projector_modalities
@@ -272,9 +273,16 @@ class ModelConfig:
         """What its prompts may hold, as /v1/models lists it (a projector's, from its header)."""
         if self.mmproj is not None:
             return ("text", *projector_modalities(self.mmproj))
+        if self.kind == "embedding":
+            return layout_modalities(self.model)
         if self.kind != "vision":
             return ("text",)
         return ("text", "image", "audio") if hears(self.model) else ("text", "image")
+
+    @property
+    def multi_vector(self) -> bool:
+        """An embedding model that answers a matrix per input (late interaction, ColBERT)."""
+        return self.kind == "embedding" and folder_layout(self.model) == "late-interaction"
 
     def sampling_flags(self) -> dict[str, float | None]:
         """The sampling defaults set by flag or config (None: not set)."""

@@ -90,6 +90,9 @@ class ModelEntry:
         """What the model can do."""
         # A text model given a vision projector is a vision model.
         kind = "vision" if self.config.mmproj is not None else self.config.kind
+        if self.config.multi_vector:
+            # A late-interaction model reranks by MaxSim too.
+            return (*CAPABILITIES[kind], "rerank")
         return CAPABILITIES[kind]
 
     def answers_to(self, name: str) -> bool:

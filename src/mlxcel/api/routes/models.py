@@ -44,6 +44,8 @@ def _listed(entry: ModelEntry, request: Request) -> dict[str, Any]:
         "state": entry.state,
         "meta": meta,
     }
+    if config.kind == "embedding":
+        listed["multi_vector"] = config.multi_vector
     if entry.reason is not None:
         listed["reason"] = entry.reason
     return listed

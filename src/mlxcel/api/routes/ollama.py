@@ -208,7 +208,8 @@ async def embed(body: EmbedRequest, request: Request) -> dict[str, Any]:
     model = await _embedder(request, body.model, body.keep_alive)
     texts: str | list[Any] = body.input if isinstance(body.input, str) else list(body.input)
     openai = EmbeddingRequest(input=texts, dimensions=body.dimensions, truncate=body.truncate)
-    answer = await embeddings(model, body.model, openai, request.app.state.encoder_limits)
+    state = request.app.state
+    answer = await embeddings(model, body.model, openai, state.encoder_limits, state.media)
     return {
         "model": body.model,
         "embeddings": [item["embedding"] for item in answer["data"]],
@@ -225,5 +226,6 @@ async def embeddings_route(body: EmbeddingsRequest, request: Request) -> dict[st
     if not body.prompt:
         return {"embedding": []}
     openai = EmbeddingRequest(input=body.prompt, truncate=True)
-    answer = await embeddings(model, body.model, openai, request.app.state.encoder_limits)
+    state = request.app.state
+    answer = await embeddings(model, body.model, openai, state.encoder_limits, state.media)
     return {"embedding": answer["data"][0]["embedding"]}
