@@ -12,6 +12,7 @@ from typing import NoReturn
 from mlxcel.backends.images.diffusers_engine import pipeline_layout_error
 from mlxcel.config.engines import AUDIO_KINDS, side_model, unknown_audio_source
 from mlxcel.config.file import FileConfig, ModelSection, unservable
+from mlxcel.config.rpc import rpc_problem
 from mlxcel.config.settings import (
     DEFAULT_IMAGE_MAX_PIXELS,
     DEFAULT_IMAGE_URL_MAX_MIB,
@@ -185,6 +186,10 @@ def _file_model(
     )
     if problem is not None:
         line = file.where(section.lines.get("cache_type_v", section.line))
+        fail(parser, f"{line}: {what}: {problem}")
+    problem = rpc_problem(config.rpc, config.rpc_key_file)
+    if problem is not None:
+        line = file.where(section.lines.get("rpc", section.line))
         fail(parser, f"{line}: {what}: {problem}")
     return config
 

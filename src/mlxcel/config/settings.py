@@ -230,6 +230,10 @@ class ModelConfig:
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
     jinja: bool = True
     n_gpu_layers: int | None = None
+    # llama.cpp RPC hosts the layers spread over, their shares, the keyed channel's key.
+    rpc: tuple[str, ...] = ()
+    tensor_split: tuple[float, ...] = ()
+    rpc_key_file: Path | None = None
     flash_attn: str = "auto"
     mmap: bool = True
     mlock: bool = False
@@ -288,6 +292,8 @@ class ModelConfig:
         """The flags set that only the llama.cpp backend acts on."""
         flags = {
             "--n-gpu-layers": self.n_gpu_layers is not None,
+            "--rpc": bool(self.rpc),
+            "--tensor-split": bool(self.tensor_split),
             "--flash-attn": self.flash_attn != "auto",
             "--no-mmap": not self.mmap,
             "--mlock": self.mlock,

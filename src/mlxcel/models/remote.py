@@ -29,6 +29,7 @@ from mlxcel.engine.metrics import RECORDED, RecordsMetrics
 from mlxcel.engine.types import EngineError
 from mlxcel.logs import current_request
 from mlxcel.memory import resident_bytes
+from mlxcel.models.rpc_hosts import rpc_hosts_note
 from mlxcel.wire.messages import (
     Call,
     Cancel,
@@ -94,6 +95,7 @@ class Worker:
         on_exit: Callable[[Worker, str], None],
     ) -> None:
         self.name = config.served_name
+        self._config = config
         self._process = process
         self._conn = conn
         self._metrics = metrics
@@ -273,6 +275,8 @@ class Worker:
             self._process.kill()
             returncode = self._process.wait()
         reason = f"the worker process of the model '{self.name}' {how_it_ended(returncode)}"
+        if returncode != 0 and not self._stopping:
+            reason += rpc_hosts_note(self._config)
         with self._lock:
             self._gone = reason
             calls, self._calls = self._calls, {}
