@@ -119,9 +119,19 @@ def _client_tls() -> ssl.SSLContext:
 
 
 def _no_delay(writer: asyncio.StreamWriter) -> None:
+    """No Nagle delay (ggml's messages are small and answered one by one), and keepalives,
+    so a host that vanishes without a word (a cable, a partition) ends the link in about
+    half a minute instead of leaving a request waiting on it."""
     sock = writer.get_extra_info("socket")
-    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    # TCP_USER_TIMEOUT bounds data left unacknowledged, which keepalives do not probe.
+    tuning = (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 4))
+    for option, value in (*tuning, ("TCP_USER_TIMEOUT", 30_000)):
+        if hasattr(socket, option):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -257,7 +267,8 @@ class ChannelClient:
                 _HANDSHAKE_TIMEOUT_S,
             )
         except (OSError, asyncio.TimeoutError) as exc:
-            why = getattr(exc, "strerror", None) or str(exc) or "timed out"
+            errno = getattr(exc, "errno", None)
+            why = os.strerror(errno) if errno else str(exc) or "timed out"
             raise ChannelError(f"RPC host {self.shown} is unreachable: {why}") from None
         try:
             await asyncio.wait_for(self._prove(reader, writer, purpose), _HANDSHAKE_TIMEOUT_S)
