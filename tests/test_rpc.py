@@ -206,7 +206,8 @@ def test_keyed_channel_refuses_others_and_recovers_from_a_lost_host(
         server.wait_ready()
         assert _greedy(server) == alone
         assert _devices(server)[f"mlxcel://{channel}"]["layers"] == 16
-        assert rpc.accepted() == before + 1
+        # ggml opens a connection per query while loading: each one is one that proved the key.
+        assert rpc.accepted() - before == rpc.log().count("proved the key") > 0
 
         started = time.monotonic()
         error = _stream_until_error(server, rpc)

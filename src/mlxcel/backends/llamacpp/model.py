@@ -94,7 +94,10 @@ def model_params(options: LlamaCppOptions, devices: rpc.ModelDevices | None = No
 
 def load_model(path: Path, options: LlamaCppOptions) -> tuple[Any, tuple[DeviceInfo, ...]]:
     """The model loaded (onto its RPC servers too), and the devices its layers went to."""
-    devices = rpc.model_devices(options.rpc) if options.rpc else None
+    devices = None
+    if options.rpc:
+        native.always_release_gil()
+        devices = rpc.model_devices(options.rpc)
     with rpc.layer_split() as counts:
         model = llama_cpp.llama_model_load_from_file(
             str(path).encode(), model_params(options, devices)
