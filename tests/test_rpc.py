@@ -231,7 +231,18 @@ def test_keyed_channel_refuses_others_and_recovers_from_a_lost_host(
 
 
 def test_unreachable_host_is_one_line_at_start(link: Pair, tmp_path: Path) -> None:
-    server = _serve(link, tmp_path, "nohost", "--rpc", f"{RPC_ADDR}:{GGML_PORT + 9}")
+    # The config file's `rpc:` reaches the worker as the flag does.
+    config = tmp_path / "models.yaml"
+    config.write_text(
+        f"models:\n  - model_path: {default_model_path()}\n    rpc: [{RPC_ADDR}:{GGML_PORT + 9}]\n"
+    )
+    server = ServerProcess(
+        "--config",
+        str(config),
+        socket_path=tmp_path / "nohost.sock",
+        log_path=tmp_path / "nohost.log",
+        prefix=("ip", "netns", "exec", link.serve_ns),
+    )
     try:
         assert server.process.wait(timeout=120) == 2
         assert f"RPC host {RPC_ADDR}:{GGML_PORT + 9} is unreachable" in server.log()
@@ -240,11 +251,14 @@ def test_unreachable_host_is_one_line_at_start(link: Pair, tmp_path: Path) -> No
         server.stop()
 
 
-def test_rpc_flags_are_checked() -> None:
+def test_rpc_flags_are_checked(tmp_path: Path) -> None:
+    config = tmp_path / "models.yaml"
+    config.write_text(f"models:\n  - model_path: {default_model_path()}\n    rpc: nohost\n")
     for args, message in (
         (["--rpc", "nohost"], "is not HOST:PORT"),
         (["--rpc", "mlxcel://10.0.0.1:1"], "needs --rpc-key-file"),
         (["--tensor-split", "0,0"], "one of them above 0"),
+        (["--config", str(config)], "models.yaml:3: models[0].rpc: 'nohost' is not HOST:PORT"),
     ):
         done = subprocess.run(
             [MLXCEL, "serve", *args], capture_output=True, text=True, timeout=60, check=False
