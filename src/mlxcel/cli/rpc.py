@@ -76,7 +76,12 @@ def rpc_server_arguments(parser: argparse.ArgumentParser) -> None:
     add("--host", default="127.0.0.1", help="ggml's RPC port's address (default: %(default)s)")
     add("--port", type=int, default=DEFAULT_PORT, help="ggml's RPC port (default: %(default)s)")
     add("-t", "--threads", type=int, default=None, help="CPU threads (default: physical cores)")
-    add("--cache-dir", type=Path, help="keep tensors sent here, so a reload sends only hashes")
+    add(
+        "--cache-dir",
+        type=Path,
+        metavar="DIR",
+        help="keep tensors sent here, so a reload sends only hashes",
+    )
     add(
         "--listen",
         metavar="HOST:PORT",
@@ -102,65 +107,78 @@ def _wait_for_port(host: str, port: int, ggml: threading.Thread) -> bool:
     return False
 
 
+def _channel(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[str, int, bytes] | None:
+    """--listen's address and --key-file's key, checked; None without --listen."""
+    from mlxcel.backends.llamacpp.rpc_channel import ChannelError, read_key
+
+    if (args.listen is None) != (args.key_file is None):
+        _fail(parser, "--listen and --key-file go together")
+    if args.listen is None:
+        if not rpc.is_loopback(args.host):
+            logger.warning(
+                "ggml's RPC port on %s has no authentication and trusts every byte it gets: "
+                "anyone who reaches it can read and write this process's memory. Use --listen "
+                "with --key-file (docs/distributed.md)",
+                args.host,
+            )
+        return None
+    if not rpc.is_loopback(args.host):
+        _fail(parser, "with --listen, ggml's own port stays on loopback: drop --host")
+    try:
+        host, port, _ = rpc.split_endpoint(args.listen)
+        return host, port, read_key(args.key_file)
+    except (ValueError, ChannelError) as exc:
+        _fail(parser, str(exc))
+
+
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if not 0 < args.port < 65536 or (args.threads is not None and args.threads < 1):
+        _fail(parser, "--port must be 1-65535 and --threads at least 1")
+    if args.cache_dir is not None:
+        try:
+            args.cache_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            _fail(parser, f"--cache-dir {args.cache_dir}: {exc.strerror}")
+
+
 def run_rpc_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """`mlxcel rpc-server`: serve this machine's devices until interrupted."""
-    from mlxcel.backends.llamacpp import rpc_channel
-    from mlxcel.backends.llamacpp.rpc import RpcError, start_server, supports_rpc
+    from mlxcel.backends.llamacpp.rpc import start_server, supports_rpc
+    from mlxcel.backends.llamacpp.rpc_channel import ChannelServer, new_key
 
     configure("info", "text")
     if args.new_key is not None:
         try:
-            rpc_channel.new_key(args.new_key)
+            new_key(args.new_key)
         except OSError as exc:
-            return _fail(parser, f"--new-key {args.new_key}: {exc.strerror}")
+            _fail(parser, f"--new-key {args.new_key}: {exc.strerror}")
         print(f"wrote a new key to {args.new_key}; copy it to the serving host")
         return 0
-    if (args.listen is None) != (args.key_file is None):
-        return _fail(parser, "--listen and --key-file go together")
-    if not 0 < args.port < 65536 or (args.threads is not None and args.threads < 1):
-        return _fail(parser, "--port must be 1-65535 and --threads at least 1")
-    listen = None
-    try:
-        if args.listen is not None:
-            host, port, _ = rpc.split_endpoint(args.listen)
-            listen = (host, port)
-            key = rpc_channel.read_key(args.key_file)
-    except (ValueError, rpc_channel.ChannelError) as exc:
-        return _fail(parser, str(exc))
-    if listen is not None and not rpc.is_loopback(args.host):
-        return _fail(parser, "with --listen, ggml's own port stays on loopback: drop --host")
-    if not rpc.is_loopback(args.host):
-        logger.warning(
-            "ggml's RPC port on %s has no authentication and trusts every byte it gets: "
-            "anyone who reaches it can read and write this process's memory. Use --listen "
-            "with --key-file (docs/distributed.md)",
-            args.host,
-        )
+    _check(parser, args)
+    channel = _channel(parser, args)
     if not supports_rpc():
-        return _fail(parser, "this llama-cpp-python was built without RPC (make install)")
-    threads = args.threads or default_threads()
+        _fail(parser, "this llama-cpp-python was built without RPC (make install)")
     endpoint = f"{args.host}:{args.port}"
+    threads = args.threads or default_threads()
     ggml = threading.Thread(
         target=start_server, args=(endpoint, threads, args.cache_dir), daemon=True
     )
+    ggml.start()
+    probe = "127.0.0.1" if args.host == "0.0.0.0" else args.host
+    if not _wait_for_port(probe, args.port, ggml):
+        _fail(parser, f"ggml's RPC server could not listen on {endpoint}")
+    if channel is not None:
+        try:
+            ChannelServer(channel[2], args.port).listen(channel[0], channel[1])
+        except OSError as exc:
+            _fail(parser, f"--listen {args.listen}: {exc.strerror}")
+    keyed = f", keyed channel on {args.listen}" if channel is not None else ""
+    logger.info("ready: ggml's RPC server on %s%s", endpoint, keyed)
     try:
-        ggml.start()
-        if not _wait_for_port(
-            "127.0.0.1" if args.host == "0.0.0.0" else args.host, args.port, ggml
-        ):
-            return _fail(parser, f"ggml's RPC server could not listen on {endpoint}")
-        if listen is not None:
-            server = rpc_channel.ChannelServer(key, args.port)
-            try:
-                server.listen(*listen)
-            except OSError as exc:
-                return _fail(parser, f"--listen {args.listen}: {exc.strerror}")
-        channel = f", keyed channel on {args.listen}" if listen is not None else ""
-        logger.info("ready: ggml's RPC server on %s%s", endpoint, channel)
         while ggml.is_alive():
             ggml.join(0.5)
-    except RpcError as exc:
-        return _fail(parser, str(exc))
     except KeyboardInterrupt:
         return 0
     return 1

@@ -56,6 +56,8 @@ def read_key(path: Path) -> bytes:
             f"key file {path}: a key needs at least {MIN_KEY_BYTES} bytes "
             "(mlxcel rpc-server --new-key FILE writes one)"
         )
+    if path.stat().st_mode & 0o077:
+        logger.warning("key file %s can be read by other users: chmod 600 it", path)
     return key
 
 
