@@ -49,12 +49,13 @@ def _serve(link: Pair, tmp_path: Path, name: str, *args: str) -> ServerProcess:
     )
 
 
-def _greedy(server: ServerProcess) -> list[str]:
-    """The greedy answer's tokens."""
+def _greedy(server: ServerProcess, model: str | None = None) -> list[str]:
+    """The greedy answer's tokens (of `model`, where the server has several)."""
     with server.http() as http:
         reply = http.post(
             "/v1/completions",
             json={
+                **({"model": model} if model else {}),
                 "prompt": PROMPT,
                 "max_tokens": N_TOKENS,
                 "temperature": 0,
@@ -90,10 +91,11 @@ def key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _devices(server: ServerProcess) -> dict[str, dict[str, object]]:
+def _devices(server: ServerProcess, model: str | None = None) -> dict[str, dict[str, object]]:
     with server.http() as http:
-        props = http.get("/props").json()
-        listed = http.get("/v1/models").json()["data"][0]["meta"]
+        props = http.get("/props", params={"model": model} if model else {}).json()
+        models = http.get("/v1/models").json()["data"]
+    listed = next(m for m in models if model in (None, m["id"]))["meta"]
     assert listed["devices"] == props["devices"]
     return {d["description"]: d for d in props["devices"]}
 
@@ -156,10 +158,16 @@ print(json.dumps(out))
     return result
 
 
-def _stream_until_error(server: ServerProcess, rpc: RpcServer) -> str:
+def _stream_until_error(server: ServerProcess, rpc: RpcServer, model: str) -> str:
     """Start a long greedy stream, kill the RPC host after its first tokens, and return the
     error event the stream ends with."""
-    body = {"prompt": PROMPT, "max_tokens": 2000, "ignore_eos": True, "stream": True}
+    body = {
+        "model": model,
+        "prompt": PROMPT,
+        "max_tokens": 2000,
+        "ignore_eos": True,
+        "stream": True,
+    }
     events = 0
     with server.http() as http, http.stream("POST", "/v1/completions", json=body) as reply:
         assert reply.status_code == 200
@@ -186,8 +194,8 @@ def test_keyed_channel_refuses_others_and_recovers_from_a_lost_host(
     )
     wrong = tmp_path / "wrong.key"
     wrong.write_text("not the key, but long enough\n")
-    keyed = ("--rpc", f"mlxcel://{channel}", "--rpc-key-file")
-    denied = _serve(link, tmp_path, "denied", *keyed, str(wrong))
+    keyed = ("--rpc", f"mlxcel://{channel}", "--rpc-key-file", str(wrong))
+    denied = _serve(link, tmp_path, "denied", *keyed)
     server: ServerProcess | None = None
     try:
         before = rpc.accepted()
@@ -202,27 +210,43 @@ def test_keyed_channel_refuses_others_and_recovers_from_a_lost_host(
         assert rpc.log().count("did not prove it holds the key") == 2
         assert rpc.accepted() == before
 
-        server = _serve(link, tmp_path, "keyed", *keyed, str(key_file), *SPLIT)
+        # The split model beside one served whole, in one server.
+        config = tmp_path / "models.yaml"
+        config.write_text(
+            f"models:\n  - model_path: {default_model_path()}\n    name: split\n"
+            f"    rpc: mlxcel://{channel}\n    rpc_key_file: {key_file}\n"
+            f"    n_gpu_layers: 16\n  - model_path: {default_model_path()}\n    name: whole\n"
+        )
+        server = ServerProcess(
+            "--config",
+            str(config),
+            "--no-warmup",
+            socket_path=tmp_path / "keyed.sock",
+            log_path=tmp_path / "keyed.log",
+            prefix=("ip", "netns", "exec", link.serve_ns),
+        )
         server.wait_ready()
-        assert _greedy(server) == alone
-        assert _devices(server)[f"mlxcel://{channel}"]["layers"] == 16
+        assert _greedy(server, "split") == alone
+        assert _devices(server, "split")[f"mlxcel://{channel}"]["layers"] == 16
         # ggml opens a connection per query while loading: each one is one that proved the key.
         assert rpc.accepted() - before == rpc.log().count("proved the key") > 0
 
         started = time.monotonic()
-        error = _stream_until_error(server, rpc)
+        error = _stream_until_error(server, rpc, "split")
         assert time.monotonic() - started < 60
         assert "model_unavailable" in error
         assert f"mlxcel://{channel}" in error
         with server.http() as http:
-            down = http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 4})
+            body = {"model": "split", "prompt": PROMPT, "max_tokens": 4}
+            down = http.post("/v1/completions", json=body)
             assert down.status_code == 503, down.text
             assert down.json()["error"]["code"] == "model_unavailable"
             assert f"RPC host mlxcel://{channel} is unreachable" in down.text
             assert http.get("/health").status_code == 200
+        assert _greedy(server, "whole") == alone
 
         rpc.start()
-        assert _greedy(server) == alone
+        assert _greedy(server, "split") == alone
     finally:
         denied.stop()
         if server is not None:
