@@ -55,7 +55,7 @@ from plot import write
 from serve import make_prompts, run_level, summarize
 from servers import Measured, _free_port, _start, measure
 
-from mlxcel.config.settings import physical_cores, usable_cores
+from mlxcel.config.cores import physical_cores, usable_cores
 
 WARM_STEPS = 8
 # Concurrency levels of the first round (the plot); later rounds measure 1 and 8 only.

@@ -23,7 +23,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlxcel.api.hosts import json_error
-from mlxcel.config.settings import ANY_ORIGIN
+from mlxcel.config.values import ANY_ORIGIN
 from mlxcel.protocol.errors import APIError
 
 METHODS = "GET, POST, DELETE, OPTIONS"

@@ -10,8 +10,10 @@ from mlxcel.cli.encoders import encoder_arguments
 from mlxcel.cli.llama_server import llama_server_arguments
 from mlxcel.cli.media import media_arguments
 from mlxcel.cli.models import SIDE_MODELS, add_image_url_flags
+from mlxcel.cli.rpc import rpc_arguments
 from mlxcel.cli.security import security_arguments
 from mlxcel.config import settings as defaults
+from mlxcel.config.cores import default_threads
 from mlxcel.config.values import names, parse_size
 from mlxcel.logs import LOG_FORMATS, LOG_LEVELS
 from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
@@ -123,7 +125,7 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         "-t",
         "--threads",
         type=int,
-        default=defaults.default_threads(),
+        default=default_threads(),
         metavar="N",
         help="CPU threads for generation (default: %(default)s, the physical cores)",
     )
@@ -296,6 +298,7 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="text lines, or one JSON object per line for log shippers (default: %(default)s)",
     )
     llama_server_arguments(parser)
+    rpc_arguments(parser)
     encoder_arguments(parser)
     audio_arguments(parser)
     media_arguments(parser)

@@ -18,13 +18,15 @@ from mlxcel.cli.launch import launch_arguments, launch_argv
 from mlxcel.cli.llama_server import check_llama_server_arguments
 from mlxcel.cli.media import media_policy
 from mlxcel.cli.models import SIDE_MODELS, fail, file_models, side_models
+from mlxcel.cli.rpc import check_rpc_arguments, rpc_server_arguments, run_rpc_server
 from mlxcel.cli.security import check_api_keys, security_settings
 from mlxcel.config import settings as defaults
 from mlxcel.config.file import (
     ConfigError,
     read_config,
 )
-from mlxcel.config.settings import ModelConfig, ServerConfig, parse_origins
+from mlxcel.config.settings import ModelConfig, ServerConfig
+from mlxcel.config.values import parse_origins
 from mlxcel.logs import configure
 from mlxcel.weights import WeightsError, hub_id, is_vision_folder, resolve_model
 
@@ -84,6 +86,7 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.p_less and args.p_less_norm:
         parser.error("set either --p-less or --p-less-norm, not both")
     check_llama_server_arguments(parser, args)
+    check_rpc_arguments(parser, args)
 
 
 def _model_flags(args: argparse.Namespace) -> ModelConfig:
@@ -118,6 +121,9 @@ def _model_flags(args: argparse.Namespace) -> ModelConfig:
         chat_template_kwargs=json.loads(args.chat_template_kwargs or "{}"),
         jinja=args.jinja,
         n_gpu_layers=args.n_gpu_layers,
+        rpc=args.rpc,
+        tensor_split=args.tensor_split,
+        rpc_key_file=args.rpc_key_file,
         flash_attn=args.flash_attn,
         mmap=args.mmap,
         mlock=args.mlock,
@@ -242,12 +248,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Start the server, taking mlx-openai-server's `launch` flags.",
     )
     launch_arguments(launch)
+    rpc_server = commands.add_parser(
+        "rpc-server",
+        help="lend this machine's devices to a GGUF model served elsewhere (serve --rpc)",
+        description="ggml's RPC server, from the build that serves the model.",
+    )
+    rpc_server_arguments(rpc_server)
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         # Said by the subcommand, so a typo in one of its flags shows its usage, not ours.
-        (launch if args.command == "launch" else serve).error(
+        {"launch": launch, "rpc-server": rpc_server}.get(args.command, serve).error(
             f"unrecognized arguments: {' '.join(unknown)}"
         )
+    if args.command == "rpc-server":
+        return run_rpc_server(rpc_server, args)
     if args.command == "launch":
         return _run_server(serve, serve.parse_args(launch_argv(launch, args)))
     return _run_server(serve, args)

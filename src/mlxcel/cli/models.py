@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from mlxcel.backends.images.diffusers_engine import pipeline_layout_error
+from mlxcel.config.cores import usable_cores
 from mlxcel.config.engines import AUDIO_KINDS, side_model, unknown_audio_source
 from mlxcel.config.file import FileConfig, ModelSection, unservable
+from mlxcel.config.rpc import rpc_problem
 from mlxcel.config.settings import (
     DEFAULT_IMAGE_MAX_PIXELS,
     DEFAULT_IMAGE_MAX_STEPS,
@@ -20,7 +22,6 @@ from mlxcel.config.settings import (
     Kind,
     ModelConfig,
     speculation_problem,
-    usable_cores,
 )
 from mlxcel.weights import WeightsError, hub_id, resolve_model
 
@@ -196,6 +197,10 @@ def _file_model(
     )
     if problem is not None:
         line = file.where(section.lines.get("cache_type_v", section.line))
+        fail(parser, f"{line}: {what}: {problem}")
+    problem = rpc_problem(config.rpc, config.rpc_key_file)
+    if problem is not None:
+        line = file.where(section.lines.get("rpc", section.line))
         fail(parser, f"{line}: {what}: {problem}")
     return config
 

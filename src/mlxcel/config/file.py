@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from mlxcel.config import rpc
 from mlxcel.config import values as to
 from mlxcel.config.settings import (
     BACKENDS,
@@ -154,6 +155,9 @@ MODEL_KEYS: dict[str, tuple[str, to.Convert]] = {
     "chat_template_kwargs": ("chat_template_kwargs", to.template_vars),
     "jinja": ("jinja", to.boolean),
     "n_gpu_layers": ("n_gpu_layers", to.gpu_layers),
+    "rpc": ("rpc", rpc.rpc_servers),
+    "tensor_split": ("tensor_split", rpc.tensor_split),
+    "rpc_key_file": ("rpc_key_file", to.path),
     "flash_attn": ("flash_attn", to.switch),
     "mmap": ("mmap", to.boolean),
     "mlock": ("mlock", to.boolean),

@@ -6,17 +6,13 @@
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from mlxcel.backends.embeddings.layout import folder_layout, layout_modalities
+from mlxcel.config.cores import default_threads
 from mlxcel.logs import LOG_FORMATS
 from mlxcel.media.policy import MediaLimits, MediaPolicy
 from mlxcel.mmproj import projector_modalities
@@ -75,7 +71,6 @@ DEFAULT_MAX_AUDIO_SECONDS = MediaLimits().max_audio_seconds
 # ONNX Runtime on Linux, where bench/embeddings.py measured it ahead of torch, MLX
 # (mlx-embeddings) for embeddings on Apple Silicon or an MLX-quantized folder, else torch.
 ENCODER_ENGINES = ("auto", "onnxruntime", "torch", "mlx")
-ANY_ORIGIN = "*"
 
 Kind = Literal["text", "vision", "embedding", "rerank", "transcription", "speech", "image"]
 KINDS: tuple[Kind, ...] = (
@@ -101,29 +96,6 @@ KIND_NAMES: dict[Kind, str] = {
     "speech": "speech",
     "image": "image generation",
 }
-
-
-_HOST_NAME = re.compile(
-    r"^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$"
-)
-
-
-def parse_origins(value: str) -> tuple[str, ...]:
-    """--cors-origins: `*`, or comma-separated origins like http://localhost:3000 and bare host
-    names (`localhost`, `app.example`), which allow that host on http and https, any port."""
-    origins = tuple(o.strip().rstrip("/") for o in value.split(",") if o.strip())
-    if not origins:
-        raise ValueError("--cors-origins needs '*' or at least one origin")
-    for origin in origins:
-        if origin == ANY_ORIGIN or _HOST_NAME.match(origin):
-            continue
-        parts = urlsplit(origin)
-        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path:
-            raise ValueError(
-                f"--cors-origins: '{origin}' is not an origin "
-                "(scheme://host[:port], a host name, or '*')"
-            )
-    return origins
 
 
 def kv_cache_problem(cache_type_v: str, flash_attn: str) -> str | None:
@@ -157,39 +129,6 @@ def speculation_problem(
     if not 0 <= draft_min <= draft_max:
         return f"--draft-min must be between 0 and --draft-max ({draft_max}), got {draft_min}"
     return None
-
-
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
-
-
-def physical_cores() -> int:
-    """The usable cores as llama.cpp counts them for its default threads: the siblings of one
-    core (SMT, hyperthreads) count once; on Apple Silicon the performance cores."""
-    if sys.platform == "darwin":
-        command = ["sysctl", "-n", "hw.perflevel0.physicalcpu"]
-        found = subprocess.run(command, capture_output=True, text=True, check=False).stdout
-        return int(found) if found.strip().isdigit() else usable_cores()
-    try:
-        cores = {
-            Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text()
-            for cpu in os.sched_getaffinity(0)
-        }
-    except (AttributeError, OSError):
-        return usable_cores()
-    return max(1, len(cores))
-
-
-def default_threads() -> int:
-    """Threads for llama.cpp, as llama-server chooses them: the physical cores. The engine's
-    threads spin at each barrier of a step, so any other work on the machine (the HTTP side,
-    a client) slows a step; with every core theirs, as llama-server's are, the two servers
-    compare equal (`python bench/compare.py --threads default`)."""
-    return physical_cores()
 
 
 @dataclass(frozen=True)
@@ -235,6 +174,10 @@ class ModelConfig:
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
     jinja: bool = True
     n_gpu_layers: int | None = None
+    # llama.cpp RPC hosts the layers spread over, their shares, the keyed channel's key.
+    rpc: tuple[str, ...] = ()
+    tensor_split: tuple[float, ...] = ()
+    rpc_key_file: Path | None = None
     flash_attn: str = "auto"
     mmap: bool = True
     mlock: bool = False
@@ -300,6 +243,8 @@ class ModelConfig:
         """The flags set that only the llama.cpp backend acts on."""
         flags = {
             "--n-gpu-layers": self.n_gpu_layers is not None,
+            "--rpc": bool(self.rpc),
+            "--tensor-split": bool(self.tensor_split),
             "--flash-attn": self.flash_attn != "auto",
             "--no-mmap": not self.mmap,
             "--mlock": self.mlock,

@@ -30,6 +30,7 @@ from mlxcel.engine.types import EngineError
 from mlxcel.logs import current_request
 from mlxcel.memory import resident_bytes
 from mlxcel.models.heartbeat import Heartbeat
+from mlxcel.models.rpc_hosts import rpc_hosts_note
 from mlxcel.wire.messages import (
     Call,
     Cancel,
@@ -97,6 +98,7 @@ class Worker:
         heartbeat_timeout: float,
     ) -> None:
         self.name = config.served_name
+        self._config = config
         self._process = process
         self._conn = conn
         self._metrics = metrics
@@ -303,6 +305,8 @@ class Worker:
         reason = self._unresponsive or (
             f"the worker process of the model '{self.name}' {how_it_ended(returncode)}"
         )
+        if returncode != 0 and not self._stopping and self._unresponsive is None:
+            reason += rpc_hosts_note(self._config)
         with self._lock:
             self._gone = reason
             calls, self._calls = self._calls, {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 
-from mlxcel.engine.capabilities import FimTokens, KvCacheInfo
+from mlxcel.engine.capabilities import DeviceInfo, FimTokens, KvCacheInfo
 from mlxcel.engine.handle import RequestHandle, ends
 from mlxcel.engine.slots import SlotReport
 from mlxcel.engine.types import ChatTemplate, EngineError, MediaSpan, SamplingParams, TokenEvent
@@ -71,6 +71,10 @@ class RemoteTextModel:
     @property
     def kv_cache(self) -> KvCacheInfo | None:
         return self._facts.kv_cache
+
+    @property
+    def devices(self) -> tuple[DeviceInfo, ...]:
+        return self._facts.devices
 
     @property
     def longest_token(self) -> int:

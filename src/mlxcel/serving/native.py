@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import mlxcel
-from mlxcel.engine.capabilities import ReportsKvCache
+from mlxcel.engine.capabilities import ReportsDevices, ReportsKvCache
 from mlxcel.engine.types import SamplingParams, TextModel, TokenEvent, TokenLogprob
 from mlxcel.media.audio import SentMedia
 from mlxcel.media.images import LLAMA_MEDIA_MARKER, MEDIA_MARKER
@@ -148,6 +148,26 @@ def props(model: LoadedModel, n_predict: int) -> dict[str, Any]:
         "build_info": f"mlxcel {mlxcel.__version__}",
         "is_sleeping": False,
         **_kv_cache(generator),
+        **device_split(generator),
+    }
+
+
+def device_split(generator: object) -> dict[str, Any]:
+    """`devices` where the engine says which devices hold the layers: each one's name, what
+    it is (an RPC host as it was named), its memory and its share of the layers."""
+    devices = generator.devices if isinstance(generator, ReportsDevices) else ()
+    if not devices:
+        return {}
+    return {
+        "devices": [
+            {
+                "name": d.name,
+                "description": d.description,
+                "layers": d.layers,
+                "memory_bytes": d.memory_bytes,
+            }
+            for d in devices
+        ]
     }
 
 

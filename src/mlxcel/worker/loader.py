@@ -22,6 +22,7 @@ from mlxcel.engine.types import ChatTemplate, TextGenerator
 from mlxcel.parsers.reasoning import reasoning_parser_name
 from mlxcel.parsers.tools import detect_parser
 from mlxcel.progress import progress
+from mlxcel.worker.rpc_links import rpc_endpoints
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ def _open_llamacpp(config: ModelConfig) -> TextGenerator:
         cache_type_k=config.cache_type_k,
         cache_type_v=config.cache_type_v,
         model_draft=config.model_draft,
+        rpc=rpc_endpoints(config),
+        tensor_split=config.tensor_split,
     )
     logger.info("loading %s with llama.cpp (%d threads)", config.model, config.threads)
     with progress(f"loading {config.model.name}"):

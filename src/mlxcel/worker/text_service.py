@@ -18,7 +18,7 @@ import numpy as np
 
 from mlxcel.config.engines import backend_label
 from mlxcel.config.settings import ModelConfig
-from mlxcel.engine.capabilities import FillsInTheMiddle, ReportsKvCache
+from mlxcel.engine.capabilities import FillsInTheMiddle, ReportsDevices, ReportsKvCache
 from mlxcel.engine.context import CONTEXT_LENGTH_EXCEEDED, context_overflow, longest_token
 from mlxcel.engine.handle import ends
 from mlxcel.engine.media import TakesMedia
@@ -83,6 +83,7 @@ class TextService:
             kv_cache,
             longest_token(generator),
             rate,
+            generator.devices if isinstance(generator, ReportsDevices) else (),
         )
 
     def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:

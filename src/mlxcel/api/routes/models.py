@@ -15,6 +15,7 @@ from mlxcel.config.engines import backend_label
 from mlxcel.models.entry import ModelBusy, ModelEntry, ModelUnavailable
 from mlxcel.protocol.errors import APIError
 from mlxcel.protocol.models import ModelAction
+from mlxcel.serving.native import device_split
 
 listing = APIRouter(route_class=CheckedJsonRoute, dependencies=[Depends(require_api_key)])
 router = APIRouter(route_class=CheckedJsonRoute, dependencies=[Depends(require_api_key)])
@@ -32,6 +33,7 @@ def _listed(entry: ModelEntry, request: Request) -> dict[str, Any]:
     }
     if request.app.state.api_keys:
         meta["path"] = str(config.model)
+    meta.update(device_split(getattr(entry.model, "generator", None)))
     listed: dict[str, Any] = {
         "id": entry.name,
         "object": "model",

@@ -19,7 +19,7 @@ from mlxcel.backends.llamacpp.embedding_batch import decode_rows
 from mlxcel.backends.llamacpp.kv_cache import kv_cache_info
 from mlxcel.backends.llamacpp.model import (
     LlamaCppOptions,
-    model_params,
+    load_model,
     new_context,
     read_chat_template,
     read_fim_tokens,
@@ -31,7 +31,7 @@ from mlxcel.backends.llamacpp.sampling import (
     sample_with_logprobs,
 )
 from mlxcel.backends.llamacpp.vision import Projector
-from mlxcel.engine.capabilities import FimTokens, KvCacheInfo
+from mlxcel.engine.capabilities import DeviceInfo, FimTokens, KvCacheInfo
 from mlxcel.engine.positions import Jumps, MropePositions
 from mlxcel.engine.speculative import DraftCosts
 from mlxcel.engine.types import ChatTemplate, Feed, MediaSpan, Sample, SamplingParams
@@ -62,9 +62,7 @@ class LlamaCppGenerator:
     def __init__(self, path: Path, options: LlamaCppOptions) -> None:
         native.route_native_logs(options.verbose)
         llama_cpp.llama_backend_init()
-        model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params(options))
-        if model is None:
-            raise ValueError(f"llama.cpp could not load {path}: not a valid GGUF model?")
+        model, self._devices = load_model(path, options)
         self._model = model
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self._ctx = new_context(model, options)
@@ -130,6 +128,10 @@ class LlamaCppGenerator:
     @property
     def kv_cache(self) -> KvCacheInfo:
         return self._kv_cache
+
+    @property
+    def devices(self) -> tuple[DeviceInfo, ...]:
+        return self._devices
 
     @property
     def fim_tokens(self) -> FimTokens:
