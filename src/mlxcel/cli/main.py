@@ -16,6 +16,7 @@ from mlxcel.cli.audio import audio_config
 from mlxcel.cli.encoders import encoder_config
 from mlxcel.cli.launch import launch_arguments, launch_argv
 from mlxcel.cli.llama_server import check_llama_server_arguments
+from mlxcel.cli.lora import lora_adapters
 from mlxcel.cli.media import media_policy
 from mlxcel.cli.models import SIDE_MODELS, fail, file_models, side_models
 from mlxcel.cli.security import check_api_keys, security_settings
@@ -144,6 +145,8 @@ def _flag_models(parser: argparse.ArgumentParser, args: argparse.Namespace) -> l
         alias=args.alias,
         tags=args.tags,
         hub_id=hub_id(args.model),
+        lora_adapters=lora_adapters(parser, args),
+        lora_init_without_apply=args.lora_init_without_apply,
     )
     if is_vision_folder(model):
         # A folder with a vision tower is served as the vision model it is, as a config file's

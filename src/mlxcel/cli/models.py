@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from mlxcel.backends.images.diffusers_engine import pipeline_layout_error
+from mlxcel.config.adapters import scaled
 from mlxcel.config.engines import AUDIO_KINDS, side_model, unknown_audio_source
 from mlxcel.config.file import FileConfig, ModelSection, unservable
 from mlxcel.config.settings import (
@@ -158,6 +159,9 @@ def _file_model(
         source = str(beside)
     kind = values.get("kind", "text")
     try:
+        if "lora_scales" in values:
+            given = values.pop("lora_scales")
+            values["lora_adapters"] = scaled(values.get("lora_adapters", ()), given)
         if kind in ("text", "vision"):
             config = replace(base, model=resolve_model(source), hub_id=hub_id(source), **values)
             choose_backend(config.model, config.backend)
