@@ -11,6 +11,7 @@ from typing import Literal
 
 from mlxcel.config.settings import ModelConfig
 from mlxcel.memory import weights_bytes
+from mlxcel.models.adapters import AdapterTable
 from mlxcel.models.loaded import CAPABILITIES, Capability, Loaded
 
 # A model that failed may be loaded again this many times per window before its requests are
@@ -62,6 +63,11 @@ class ModelEntry:
     failures: deque[float] = field(default_factory=deque)
     size: int | None = None
     """What the model took when it last loaded, measured: its worker's resident memory."""
+    adapters: AdapterTable = field(init=False)
+    """Its LoRA adapters, those configured and those loaded at run time."""
+
+    def __post_init__(self) -> None:
+        self.adapters = AdapterTable(self.config)
 
     @property
     def name(self) -> str:
@@ -83,7 +89,8 @@ class ModelEntry:
 
     def answers_to(self, name: str) -> bool:
         """Whether a request's `model` field means this model."""
-        return name in (*self.config.names, str(self.config.model), self.config.model.name)
+        names = (*self.config.names, str(self.config.model), self.config.model.name)
+        return name in names or self.adapters.named_in(name, self.config.names) is not None
 
     @property
     def expected_size(self) -> int:

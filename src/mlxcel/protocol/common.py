@@ -68,6 +68,13 @@ class StreamOptions(Strict):
     ] = None
 
 
+class LoraChoice(Strict):
+    """llama-server's per-request adapter: its id (GET /lora-adapters) and scale."""
+
+    id: int
+    scale: float
+
+
 class SamplingFields(Strict):
     """Sampling fields every text route honours: OpenAI's, then llama-server's knobs."""
 
@@ -135,6 +142,8 @@ class SamplingFields(Strict):
     t_max_predict_ms: float = Field(default=0.0, ge=0.0)
     timings_per_token: bool = False
     return_progress: bool = False
+    # llama-server's per-request LoRA adapters: those not named run at 0; [] is the base model.
+    lora: list[LoraChoice] | None = None
     verbose: Annotated[bool | None, NoEffect("answers carry no debugging copy of themselves")] = (
         None
     )
