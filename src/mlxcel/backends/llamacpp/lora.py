@@ -21,13 +21,12 @@ from mlxcel.engine.adapters import AdapterSet
 
 @contextmanager
 def _errors_kept(lines: list[str]) -> Iterator[None]:
-    """llama.cpp's error log lines while inside (an adapter that does not load says why only
+    """llama.cpp's log lines while inside (an adapter that does not load says why only
     there), the usual logger back after."""
 
     @llama_cpp.llama_log_callback  # type: ignore[untyped-decorator]
     def keep(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-        if level == 3:
-            lines.append(text.decode("utf-8", errors="replace").strip())
+        lines.append(text.decode("utf-8", errors="replace").strip())
 
     llama_cpp.llama_log_set(keep, ctypes.c_void_p(0))
     try:
@@ -41,7 +40,7 @@ def _reason(lines: list[str]) -> str:
     for line in reversed(lines):
         if "lora adapter:" in line:
             return line.rsplit("lora adapter:", 1)[1].strip()
-    return lines[-1] if lines else "llama.cpp could not read it"
+    return "llama.cpp could not read it"
 
 
 class LlamaAdapters:
