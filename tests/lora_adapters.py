@@ -47,3 +47,58 @@ def gguf_adapter(
     writer.write_tensors_to_file()
     writer.close()
     return out
+
+
+# tests/mlx_model.py's tiny Llama: the widths of the layers the MLX adapters target.
+MLX_TARGETS = {
+    "self_attn.q_proj": (64, 64),
+    "self_attn.v_proj": (64, 32),
+    "mlp.down_proj": (128, 64),
+}
+
+
+def mlx_adapter(
+    out: Path,
+    *,
+    seed: int,
+    rank: int = 4,
+    scale: float = 4.0,
+    peft: bool = False,
+    wrong_shape: bool = False,
+    layers: int = 2,
+) -> Path:
+    """An adapter folder for tests/mlx_model.py's tiny Llama: mlx-lm's format (what mlx_lm.lora
+    writes), or with `peft` the same weights as PEFT writes them (lora_A/lora_B transposed,
+    scale as lora_alpha / r)."""
+    import json
+
+    from safetensors.numpy import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    weights = {}
+    for layer in range(layers):
+        for key, (n_in, n_out) in MLX_TARGETS.items():
+            n_in += 8 if wrong_shape else 0
+            a = rng.normal(0, 0.2, (n_in, rank)).astype(np.float32)
+            b = rng.normal(0, 0.2, (rank, n_out)).astype(np.float32)
+            path = f"model.layers.{layer}.{key}"
+            if peft:
+                weights[f"base_model.model.{path}.lora_A.weight"] = np.ascontiguousarray(a.T)
+                weights[f"base_model.model.{path}.lora_B.weight"] = np.ascontiguousarray(b.T)
+            else:
+                weights[f"{path}.lora_a"], weights[f"{path}.lora_b"] = a, b
+    if peft:
+        config = {
+            "peft_type": "LORA",
+            "r": rank,
+            "lora_alpha": scale * rank,
+            "target_modules": ["q_proj", "v_proj", "down_proj"],
+        }
+        save_file(weights, str(out / "adapter_model.safetensors"))
+    else:
+        parameters = {"rank": rank, "scale": scale, "dropout": 0.0, "keys": list(MLX_TARGETS)}
+        config = {"fine_tune_type": "lora", "num_layers": layers, "lora_parameters": parameters}
+        save_file(weights, str(out / "adapters.safetensors"))
+    (out / "adapter_config.json").write_text(json.dumps(config))
+    return out
