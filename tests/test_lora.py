@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
+from bench.lora_adapters import gguf_adapter
 
 from mlxcel.weights import default_model_path
 from tests.conftest import serving
-from tests.lora_adapters import gguf_adapter
 from tests.server_process import MLXCEL, ServerProcess
 
 pytestmark = pytest.mark.slow

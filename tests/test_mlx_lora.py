@@ -11,9 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
+from bench.lora_adapters import mlx_adapter
 
 from tests.conftest import LLAMA_DIR, serving
-from tests.lora_adapters import mlx_adapter
 from tests.server_process import ServerProcess
 
 pytest.importorskip("mlx_lm")
