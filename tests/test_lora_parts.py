@@ -90,6 +90,8 @@ def test_config_file_and_flag_adapters(tmp_path: Path) -> None:
     )
     assert first.lora_init_without_apply
     assert [(a.name, a.scale) for a in second.lora_adapters] == [("cats", 0.25), ("dogs", 2.0)]
+    with pytest.raises(SystemExit):
+        _serve("--config", str(config), "--lora", str(tmp_path / "cats.gguf"))
     (flagged,) = _serve(
         "--lora", str(tmp_path / "cats.gguf"), "--lora-scaled", f"{tmp_path / 'dogs.gguf'}:0.3"
     ).models

@@ -34,6 +34,16 @@ def lora_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def check_lora_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The flags are for -m's model: with --config each model says its own `lora_adapters`."""
+    given = args.lora or args.lora_scaled or args.lora_init_without_apply
+    if args.config is not None and given:
+        fail(
+            parser,
+            "--lora flags are for -m's model: with --config, give each model its lora_adapters",
+        )
+
+
 def lora_adapters(
     parser: argparse.ArgumentParser, args: argparse.Namespace
 ) -> tuple[LoraAdapter, ...]:

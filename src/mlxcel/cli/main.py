@@ -16,7 +16,7 @@ from mlxcel.cli.audio import audio_config
 from mlxcel.cli.encoders import encoder_config
 from mlxcel.cli.launch import launch_arguments, launch_argv
 from mlxcel.cli.llama_server import check_llama_server_arguments
-from mlxcel.cli.lora import lora_adapters
+from mlxcel.cli.lora import check_lora_arguments, lora_adapters
 from mlxcel.cli.media import media_policy
 from mlxcel.cli.models import SIDE_MODELS, fail, file_models, side_models
 from mlxcel.cli.security import check_api_keys, security_settings
@@ -52,6 +52,7 @@ def _api_keys(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    check_lora_arguments(parser, args)
     for name in (
         "ctx_size",
         "threads",
