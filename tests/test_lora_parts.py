@@ -80,7 +80,7 @@ def test_config_file_and_flag_adapters(tmp_path: Path) -> None:
         "    lora_init_without_apply: true\n"
         f"  - model: {default_model_path()}\n"
         "    name: second\n"
-        f"    lora_paths: [{tmp_path / 'cats.gguf'}, {tmp_path / 'dogs.gguf'}]\n"
+        "    lora_paths: [cats.gguf, dogs.gguf]\n"  # beside the file
         "    lora_scales: [0.25, 2]\n"
     )
     first, second = _serve("--config", str(config)).models

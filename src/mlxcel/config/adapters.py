@@ -76,14 +76,26 @@ def from_config(value: Any) -> tuple[LoraAdapter, ...]:
         path = Path(str(item["path"])).expanduser()
         name = str(item.get("name") or adapter_name(path))
         adapters.append(LoraAdapter(name, path, finite_scale(item.get("scale", 1.0), name)))
-    return checked(adapters)
+    return tuple(adapters)
 
 
 def from_paths(value: Any) -> tuple[LoraAdapter, ...]:
     """mlx-openai-server's `lora_paths: [path, ...]`, each at scale 1 until `lora_scales`."""
     if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
         raise ValueError("expected a list of paths")
-    return checked([LoraAdapter(adapter_name(Path(p)), Path(p).expanduser()) for p in value])
+    return tuple(LoraAdapter(adapter_name(Path(p)), Path(p).expanduser()) for p in value)
+
+
+def located(adapters: Sequence[LoraAdapter], folder: Path) -> tuple[LoraAdapter, ...]:
+    """A config file's adapters, a relative path read beside the file when it is there, each
+    checked as `checked` does."""
+    found = [
+        replace(a, path=folder / a.path)
+        if not a.path.is_absolute() and (folder / a.path).exists()
+        else a
+        for a in adapters
+    ]
+    return checked(found)
 
 
 def scales(value: Any) -> tuple[float, ...]:
