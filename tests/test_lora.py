@@ -212,6 +212,9 @@ def test_bad_adapter_requests(adapters: Path, http: httpx.Client) -> None:
     assert _error(http.post("/v1/load_lora_adapter", json=taken), 400)["param"] == "lora_name"
     gone = http.post("/v1/unload_lora_adapter", json={"lora_name": "nothing"})
     assert _error(gone, 400)["param"] == "lora_name"
+    base_name = http.get("/v1/models").json()["data"][0]["id"]
+    no_adapter = http.post("/completion", json={"prompt": "x", "model": f"{base_name}:nothing"})
+    assert _error(no_adapter, 400)["param"] == "model"
     names = {a["name"] for a in http.get("/lora-adapters").json()}
     assert names == {"alpha", "beta"}
 

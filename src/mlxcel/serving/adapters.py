@@ -41,4 +41,10 @@ def request_adapters(
     named = table.named_in(model, bases)
     if named is not None:
         return adapter_set({named.name: named.adapter.scale})
+    base = next((b for b in bases if model and model.startswith(f"{b}:")), None)
+    if base is not None and model is not None:
+        adapter = model[len(base) + 1 :]
+        known = ", ".join(a.name for a in table) or "none"
+        message = f"the model '{base}' has no LoRA adapter '{adapter}' (loaded: {known})"
+        raise invalid_request(message, "model", "model_not_found")
     return adapter_set({a.name: a.global_scale for a in table})
