@@ -80,6 +80,9 @@ def test_adapter_changes_output_and_the_base_is_exact(http: httpx.Client) -> Non
     beta = _tokens(_run(http, cache_prompt=False, lora=[{"id": 1, "scale": 1.0}]))
     assert abs(alpha[0][1] - base[0][1]) > 1e-3 and abs(beta[0][1] - base[0][1]) > 1e-3
     assert alpha != base and beta != base and alpha != beta
+    # llama-server's generation_settings.lora: every adapter, at the scale the request ran it.
+    settings = _run(http, n=1, lora=[{"id": 1, "scale": 0.5}])["generation_settings"]
+    assert settings["lora"] == [{"id": 0, "scale": 0.0}, {"id": 1, "scale": 0.5}]
     # An empty list is the base model (llama-server's #28674 is that it is not there), and so
     # is every adapter at scale 0; without `lora` the global scales (0 here) apply.
     assert _tokens(_run(http, cache_prompt=False, lora=[])) == base
