@@ -21,6 +21,7 @@ from mlxcel.api.routes import (
     embeddings,
     health,
     images,
+    lora,
     models,
     native,
     observe,
@@ -74,6 +75,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         # As llama-server does: a client whose base URL lacks /v1 still finds them.
         app.include_router(openai_routes, include_in_schema=False)
     app.include_router(models.router)
+    app.include_router(lora.router)
     app.include_router(native.router)
     app.include_router(embeddings.router)
     app.include_router(anthropic.router)

@@ -243,7 +243,7 @@ def _statuses(method: str, path: str, secured: bool) -> list[int]:
     statuses = [400, 401, 403, 404, 503] if secured else [400, 403, 404, 503]
     if method in ("post", "put"):
         statuses.append(413)
-    if path == "/models/unload":
+    if path in ("/models/unload", "/v1/unload_lora_adapter"):
         statuses.append(409)
     return sorted(statuses)
 

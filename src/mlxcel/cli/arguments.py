@@ -8,6 +8,7 @@ from pathlib import Path
 from mlxcel.cli.audio import audio_arguments
 from mlxcel.cli.encoders import encoder_arguments
 from mlxcel.cli.llama_server import llama_server_arguments
+from mlxcel.cli.lora import lora_arguments
 from mlxcel.cli.media import media_arguments
 from mlxcel.cli.models import SIDE_MODELS, add_image_url_flags
 from mlxcel.cli.rpc import rpc_arguments
@@ -299,6 +300,7 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     llama_server_arguments(parser)
     rpc_arguments(parser)
+    lora_arguments(parser)
     encoder_arguments(parser)
     audio_arguments(parser)
     media_arguments(parser)

@@ -16,6 +16,7 @@ from mlxcel.cli.audio import audio_config
 from mlxcel.cli.encoders import encoder_config
 from mlxcel.cli.launch import launch_arguments, launch_argv
 from mlxcel.cli.llama_server import check_llama_server_arguments
+from mlxcel.cli.lora import check_lora_arguments, lora_adapters
 from mlxcel.cli.media import media_policy
 from mlxcel.cli.models import SIDE_MODELS, fail, file_models, side_models
 from mlxcel.cli.rpc import check_rpc_arguments, rpc_server_arguments, run_rpc_server
@@ -58,6 +59,7 @@ def _api_keys(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    check_lora_arguments(parser, args)
     for name in (
         "ctx_size",
         "threads",
@@ -157,6 +159,8 @@ def _flag_models(parser: argparse.ArgumentParser, args: argparse.Namespace) -> l
         alias=args.alias,
         tags=args.tags,
         hub_id=hub_id(args.model),
+        lora_adapters=lora_adapters(parser, args),
+        lora_init_without_apply=args.lora_init_without_apply,
     )
     if is_vision_folder(model):
         # A folder with a vision tower is served as the vision model it is, as a config file's

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from mlxcel.backends.images.diffusers_engine import pipeline_layout_error
+from mlxcel.config.adapters import located, scaled
 from mlxcel.config.cores import usable_cores
 from mlxcel.config.engines import AUDIO_KINDS, side_model, unknown_audio_source
 from mlxcel.config.file import FileConfig, ModelSection, unservable
@@ -170,6 +171,11 @@ def _file_model(
         source = str(beside)
     kind = values.get("kind", "text")
     try:
+        if "lora_scales" in values:
+            given = values.pop("lora_scales")
+            values["lora_adapters"] = scaled(values.get("lora_adapters", ()), given)
+        if "lora_adapters" in values:
+            values["lora_adapters"] = located(values["lora_adapters"], file.path.parent)
         if kind in ("text", "vision"):
             config = replace(base, model=resolve_model(source), hub_id=hub_id(source), **values)
             choose_backend(config.model, config.backend)

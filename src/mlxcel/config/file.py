@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from mlxcel.config import rpc
+from mlxcel.config import adapters, rpc
 from mlxcel.config import values as to
 from mlxcel.config.settings import (
     BACKENDS,
@@ -176,6 +176,10 @@ MODEL_KEYS: dict[str, tuple[str, to.Convert]] = {
     "idle_timeout": ("idle_timeout", to.duration),
     "on_demand_idle_timeout": ("idle_timeout", to.duration),
     "pinned": ("pinned", to.boolean),
+    "lora_adapters": ("lora_adapters", adapters.from_config),
+    "lora_paths": ("lora_adapters", adapters.from_paths),
+    "lora_scales": ("lora_scales", adapters.scales),
+    "lora_init_without_apply": ("lora_init_without_apply", to.boolean),
     "embedding_engine": ("embedding_engine", to.choice(ENCODER_ENGINES)),
 }
 # mlx-openai-server's model keys we accept and do not act on yet (reported at startup).
@@ -186,8 +190,6 @@ MODEL_KEYS_IGNORED = frozenset(
         "quantize",
         "kv_group_size",
         "quantized_kv_start",
-        "lora_paths",
-        "lora_scales",
         "trust_remote_code",
         "disable_auto_resize",
         "group",

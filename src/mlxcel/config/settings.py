@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mlxcel.backends.embeddings.layout import folder_layout, layout_modalities
+from mlxcel.config.adapters import LoraAdapter
 from mlxcel.config.cores import default_threads
 from mlxcel.logs import LOG_FORMATS
 from mlxcel.media.policy import MediaLimits, MediaPolicy
@@ -210,6 +211,10 @@ class ModelConfig:
     """Unload after this many seconds with no request running or queued; 0 = never."""
     pinned: bool = False
     """Never unloaded for idleness or to make room."""
+    lora_adapters: tuple[LoraAdapter, ...] = ()
+    """LoRA adapters loaded over it (config/adapters.py; docs/lora.md)."""
+    lora_init_without_apply: bool = False
+    """Its adapters start at global scale 0: a request (or POST /lora-adapters) applies them."""
 
     @property
     def input_modalities(self) -> tuple[str, ...]:

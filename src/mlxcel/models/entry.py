@@ -12,6 +12,7 @@ from typing import Literal
 
 from mlxcel.config.settings import ModelConfig
 from mlxcel.memory import weights_bytes
+from mlxcel.models.adapters import AdapterTable
 from mlxcel.models.loaded import CAPABILITIES, Capability, Loaded
 
 # A model that failed may be loaded again this many times per window before its requests are
@@ -74,6 +75,12 @@ class ModelEntry:
             return self.config.idle_timeout
         return 0.0 if math.isinf(self.keep_alive) else max(self.keep_alive, 1e-9)
 
+    adapters: AdapterTable = field(init=False)
+    """Its LoRA adapters, those configured and those loaded at run time."""
+
+    def __post_init__(self) -> None:
+        self.adapters = AdapterTable(self.config)
+
     @property
     def name(self) -> str:
         """The served name."""
@@ -97,7 +104,8 @@ class ModelEntry:
 
     def answers_to(self, name: str) -> bool:
         """Whether a request's `model` field means this model."""
-        return name in (*self.config.names, str(self.config.model), self.config.model.name)
+        names = (*self.config.names, str(self.config.model), self.config.model.name)
+        return name in names or self.adapters.named_in(name, self.config.names) is not None
 
     @property
     def expected_size(self) -> int:

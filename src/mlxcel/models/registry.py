@@ -35,6 +35,7 @@ from mlxcel.models.loaded import (
     CAPABILITY_NAMES,
     Capability,
     Loaded,
+    LoadedModel,
     served,
 )
 from mlxcel.models.remote import Worker
@@ -221,7 +222,7 @@ class ModelRegistry:
 
     def _start_worker(self, entry: ModelEntry, loop: asyncio.AbstractEventLoop) -> Loaded:
         """Start the model's worker process and wait for the model to load there (a thread)."""
-        config = entry.config
+        config = entry.adapters.configured(entry.config)
 
         def on_exit(worker: Worker, reason: str) -> None:
             loop.call_soon_threadsafe(self._died, entry, worker, reason)
@@ -230,7 +231,10 @@ class ModelRegistry:
         worker, facts = Worker.start(
             config, setup, self._metrics.bind(entry.name), on_exit, self._worker_timeout
         )
-        return served(config, worker, facts)
+        model = served(config, worker, facts)
+        if isinstance(model, LoadedModel):
+            model.adapters = entry.adapters
+        return model
 
     def _died(self, entry: ModelEntry, worker: Worker, reason: str) -> None:
         """A loaded model's worker ended on its own: the model failed; its next request

@@ -12,6 +12,7 @@ from mlxcel.engine.capabilities import ReportsDevices, ReportsKvCache
 from mlxcel.engine.types import SamplingParams, TextModel, TokenEvent, TokenLogprob
 from mlxcel.media.audio import SentMedia
 from mlxcel.media.images import LLAMA_MEDIA_MARKER, MEDIA_MARKER
+from mlxcel.models.adapters import AdapterTable
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.protocol.common import SamplingFields
@@ -105,9 +106,14 @@ def count_input_tokens(
     }
 
 
-def generation_settings(params: SamplingParams, *, stream: bool) -> dict[str, Any]:
-    """Resolved sampling in llama-server's `generation_settings` shape."""
+def generation_settings(
+    params: SamplingParams, *, stream: bool, adapters: AdapterTable | None = None
+) -> dict[str, Any]:
+    """Resolved sampling in llama-server's `generation_settings` shape (its LoRA adapters as
+    llama-server's `lora`: every adapter's id and the scale the request ran it at)."""
     settings = dataclasses.asdict(params)
+    scales = dict(settings.pop("adapters"))
+    settings["lora"] = [{"id": a.id, "scale": scales.get(a.name, 0.0)} for a in adapters or ()]
     settings["seed"] = RANDOM_SEED if params.seed is None else params.seed
     settings["n_predict"] = params.max_tokens
     settings["n_probs"] = params.logprobs or 0
@@ -328,7 +334,9 @@ def _final(job: NativeJob, generation: Generation, outcome: Outcome) -> dict[str
         "model": model.name,
         "tokens_predicted": predicted_n,
         "tokens_evaluated": prompt_n,
-        "generation_settings": generation_settings(generation.params, stream=request.stream),
+        "generation_settings": generation_settings(
+            generation.params, stream=request.stream, adapters=model.adapters
+        ),
         "prompt": job.prompt_texts[generation.prompt_index],
         "has_new_line": "\n" in outcome.text,
         "truncated": prompt_n + predicted_n >= model.generator.n_ctx_seq,

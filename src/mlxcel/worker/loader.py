@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from mlxcel.chat_templates import BUILTIN_TEMPLATES, CHATML, builtin_for
 from mlxcel.config.engines import choose_backend
 from mlxcel.config.settings import ModelConfig
+from mlxcel.engine.adapters import SwitchesAdapters
 from mlxcel.engine.capabilities import VerifiesDrafts
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.prompt_cache import PromptCache
@@ -140,11 +141,12 @@ def _load(config: ModelConfig, metrics: RecordsMetrics) -> TextEngine:
     backend = choose_backend(config.model, config.backend)
     generator = _OPENERS[backend](config)
     try:
+        _load_adapters(config, generator)
         if config.warmup:
             with progress("warming up"):
                 generator.warm_up()
         template = _chat_template(config, generator)
-    except OSError:
+    except (OSError, ValueError):
         generator.close()
         raise
     name = config.served_name
@@ -178,6 +180,18 @@ def _load(config: ModelConfig, metrics: RecordsMetrics) -> TextEngine:
         reasoning = reasoning_parser_name("auto", "", source) or "none"
         logger.info("[%s] reasoning parser: %s (auto, from the chat template)", name, reasoning)
     return TextEngine(generator, scheduler, defaults, template, tool_parser)
+
+
+def _load_adapters(config: ModelConfig, generator: TextGenerator) -> None:
+    """The LoRA adapters configured for the model, loaded over it (ValueError names one that
+    does not fit)."""
+    if not config.lora_adapters:
+        return
+    if not isinstance(generator, SwitchesAdapters):
+        raise ValueError(f"{config.model}: this engine runs no LoRA adapters")
+    for adapter in config.lora_adapters:
+        generator.lora.load(adapter.name, adapter.path)
+        logger.info("[%s] LoRA adapter '%s': %s", config.served_name, adapter.name, adapter.path)
 
 
 def _speculative(config: ModelConfig, generator: TextGenerator) -> SpeculativeConfig | None:

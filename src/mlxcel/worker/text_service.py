@@ -12,12 +12,14 @@ import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mlxcel.config.engines import backend_label
 from mlxcel.config.settings import ModelConfig
+from mlxcel.engine.adapters import LoraAdapters, SwitchesAdapters
 from mlxcel.engine.capabilities import FillsInTheMiddle, ReportsDevices, ReportsKvCache
 from mlxcel.engine.context import CONTEXT_LENGTH_EXCEEDED, context_overflow, longest_token
 from mlxcel.engine.handle import ends
@@ -44,7 +46,17 @@ _LAYOUTS = ThreadPoolExecutor(CALL_THREADS, thread_name_prefix="layout")
 class TextService:
     """A text model's engine in its worker."""
 
-    calls = frozenset({"tokenize", "token_pieces", "tokenize_with_media", "slots", "stop"})
+    calls = frozenset(
+        {
+            "tokenize",
+            "token_pieces",
+            "tokenize_with_media",
+            "slots",
+            "stop",
+            "load_adapter",
+            "unload_adapter",
+        }
+    )
     streams = frozenset({"generate", "generate_with_media"})
 
     def __init__(self, config: ModelConfig, engine: TextEngine) -> None:
@@ -122,6 +134,36 @@ class TextService:
     def slots(self) -> list[SlotReport]:
         """The scheduler's snapshot for /slots."""
         return self._engine.scheduler.slots()
+
+    def load_adapter(self, name: str, path: str) -> None:
+        """Load a LoRA adapter over the model, between two steps; the base stays as it is."""
+        lora = self._lora("lora_path")
+        try:
+            self._engine.scheduler.call(lambda: lora.load(name, Path(path))).result()
+        except ValueError as exc:
+            raise EngineError(str(exc), "invalid_request_error", "lora_path") from exc
+
+    def unload_adapter(self, name: str) -> None:
+        """Free a LoRA adapter; EngineError(code='adapter_in_use') while sequences use it."""
+        lora, scheduler = self._lora("lora_name"), self._engine.scheduler
+
+        def unload() -> None:
+            if name not in lora.names:
+                raise EngineError(f"no LoRA adapter '{name}' is loaded", "not_found", "lora_name")
+            if name in scheduler.adapters_in_use():
+                message = f"the LoRA adapter '{name}' is in use by running or waiting requests"
+                raise EngineError(message, "adapter_in_use", "lora_name")
+            lora.unload(name)
+
+        scheduler.call(unload).result()
+
+    def _lora(self, param: str) -> LoraAdapters:
+        generator = self._engine.generator
+        if not isinstance(generator, SwitchesAdapters):
+            raise EngineError(
+                "this model's engine runs no LoRA adapters", "invalid_request_error", param
+            )
+        return generator.lora
 
     def stop(self) -> None:
         """End every running and waiting generation with a shutdown error."""

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Request
 
 from mlxcel.api.auth import require_api_key
 from mlxcel.api.body_check import CheckedJsonRoute
+from mlxcel.api.routes.lora import adapter_models
 from mlxcel.api.state import entry_for, loaded_registry, unavailable
 from mlxcel.config.engines import backend_label
 from mlxcel.models.entry import ModelBusy, ModelEntry, ModelUnavailable
@@ -78,7 +79,11 @@ async def list_models(request: Request) -> dict[str, Any]:
         ids = [model["id"] for model in data]
         first, last = (ids[0], ids[-1]) if ids else (None, None)
         return {"data": data, "has_more": False, "first_id": first, "last_id": last}
-    return {"object": "list", "data": [_listed(e, request) for e in entries]}
+    data = []
+    for entry in entries:
+        listed = _listed(entry, request)
+        data += [listed, *adapter_models(entry, listed)]
+    return {"object": "list", "data": data}
 
 
 @listing.get("/models/{model_id:path}")

@@ -17,6 +17,7 @@ from mlxcel.backends.guidance import Constraint, constraint, held_by_guidance
 from mlxcel.backends.llamacpp import drafting, native
 from mlxcel.backends.llamacpp.embedding_batch import decode_rows
 from mlxcel.backends.llamacpp.kv_cache import kv_cache_info
+from mlxcel.backends.llamacpp.lora import LlamaAdapters
 from mlxcel.backends.llamacpp.model import (
     LlamaCppOptions,
     load_model,
@@ -67,6 +68,7 @@ class LlamaCppGenerator:
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self._ctx = new_context(model, options)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._lora = LlamaAdapters(model, self._ctx)
         cells = int(llama_cpp.llama_n_ctx(self._ctx))
         self._kv_cache = kv_cache_info(model, cells, options.cache_type_k, options.cache_type_v)
         self._n_slots = options.parallel
@@ -124,6 +126,10 @@ class LlamaCppGenerator:
     @property
     def generation_config(self) -> Mapping[str, float]:
         return self._generation_config
+
+    @property
+    def lora(self) -> LlamaAdapters:
+        return self._lora
 
     @property
     def kv_cache(self) -> KvCacheInfo:
@@ -400,6 +406,7 @@ class LlamaCppGenerator:
     def close(self) -> None:
         for slot in list(self._slots):
             self.close_slot(slot)
+        self._lora.close()
         if self._projector is not None:
             self._projector.close()
         if self._draft_model is not None:
