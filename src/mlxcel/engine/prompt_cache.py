@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlxcel.engine.capabilities import SavesState
@@ -31,10 +32,14 @@ class CacheEntry:
 
 
 class PromptCache:
-    """Saved slot states by token prefix; `max_bytes` < 0 means no limit."""
+    """Saved slot states by token prefix; `max_bytes` < 0 means no limit. What leaves for
+    room (or never fits) goes to `spill`, the disk tier's writer, when there is one."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(
+        self, max_bytes: int, spill: Callable[[tuple[int, ...], bytes], None] | None = None
+    ) -> None:
         self._max_bytes = max_bytes
+        self._spill = spill
         self._entries: OrderedDict[tuple[int, ...], CacheEntry] = OrderedDict()
         self.total_bytes = 0
 
@@ -50,6 +55,10 @@ class PromptCache:
                 found, longest = entry, shared
         return found, longest
 
+    def newest_first(self) -> list[CacheEntry]:
+        """Every entry, the most recently kept first."""
+        return list(reversed(self._entries.values()))
+
     def take(self, entry: CacheEntry) -> None:
         """Remove an entry that is going back into a slot (the slot is its copy now)."""
         if self._entries.pop(entry.tokens, None) is not None:
@@ -57,9 +66,11 @@ class PromptCache:
 
     def put(self, tokens: list[int], data: bytes) -> None:
         """Keep a slot's state; entries it extends are dropped, the oldest go past the limit."""
-        if 0 <= self._max_bytes < len(data):
-            return
         key = tuple(tokens)
+        if 0 <= self._max_bytes < len(data):
+            if self._spill is not None:
+                self._spill(key, data)
+            return
         for old in [k for k in self._entries if key[: len(k)] == k]:
             self.total_bytes -= len(self._entries.pop(old).data)
         self._entries[key] = CacheEntry(key, data)
@@ -67,6 +78,8 @@ class PromptCache:
         while 0 <= self._max_bytes < self.total_bytes:
             _, oldest = self._entries.popitem(last=False)
             self.total_bytes -= len(oldest.data)
+            if self._spill is not None:
+                self._spill(oldest.tokens, oldest.data)
 
 
 def swap_cached(
@@ -81,9 +94,31 @@ def swap_cached(
     """Save what slot `slot` (whose tokens are `state`'s) would lose to the cache, and load a
     saved state that shares more of `prompt` than the slot does; the prompt tokens the slot
     now holds."""
+    keep_slot_state(cache, generator, slot, state, shared)
+    return load_cached(cache, generator, slot, state, shared, prompt, metrics)
+
+
+def keep_slot_state(
+    cache: PromptCache, generator: SavesState, slot: int, state: SlotState, shared: int
+) -> None:
+    """Save the slot's state to the cache when a prompt sharing `shared` tokens of it would
+    lose enough of it."""
     held = state.tokens
     if len(held) - shared >= MIN_SAVED_TOKENS:
         cache.put(held, generator.save_state(slot))
+
+
+def load_cached(
+    cache: PromptCache,
+    generator: SavesState,
+    slot: int,
+    state: SlotState,
+    shared: int,
+    prompt: list[int],
+    metrics: RecordsMetrics,
+) -> int:
+    """Load the saved state sharing most of `prompt` into the slot, where it shares more than
+    the slot's own `shared` tokens; the prompt tokens the slot now holds."""
     entry, longest = cache.best(prompt)
     longest = min(longest, len(prompt) - 1)
     if entry is not None and longest > shared:

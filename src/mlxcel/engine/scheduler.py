@@ -6,22 +6,24 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from mlxcel.engine import media
+from mlxcel.engine.cache_tiers import CacheTiers
 from mlxcel.engine.capabilities import SavesState
+from mlxcel.engine.feeds import next_feeds
 from mlxcel.engine.handle import EventSink
 from mlxcel.engine.metrics import RecordsMetrics
-from mlxcel.engine.prompt_cache import PromptCache, swap_cached
 from mlxcel.engine.sequence import Job, Running, about, slot_reports
-from mlxcel.engine.slots import SlotPool, SlotReport
+from mlxcel.engine.slots import SlotPool, SlotReport, SlotState
 from mlxcel.engine.speculation import Speculation
 from mlxcel.engine.speculative import SpeculativeConfig
 from mlxcel.engine.types import (
     EngineError,
-    Feed,
     MediaSpan,
     PromptProgress,
     Sample,
@@ -37,6 +39,8 @@ logger = logging.getLogger(__name__)
 Admitted = tuple[EventSink, list[int], SamplingParams, tuple[MediaSpan, ...]]
 """One sequence for `Scheduler.submit`: where its events go, its prompt, its sampling and the
 media spans of its prompt."""
+SlotWork = Callable[[TextGenerator, SlotState], Any]
+"""Something done to one idle slot on the engine thread (a slot file's save or restore)."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ class Scheduler:
         limits: SchedulerLimits,
         name: str,
         metrics: RecordsMetrics,
-        prompt_cache: PromptCache | None = None,
+        prompt_cache: CacheTiers | None = None,
         speculative: SpeculativeConfig | None = None,
     ) -> None:
         self._generator = generator
@@ -71,6 +75,7 @@ class Scheduler:
         self._wakeup = threading.Condition()
         self._pool = SlotPool(generator.n_slots)
         self._running: list[Running] = []
+        self._slot_work: list[tuple[int, SlotWork, Future[Any]]] = []
         self._stopping = False
         self._thread: threading.Thread | None = None
 
@@ -80,6 +85,7 @@ class Scheduler:
         OpenMP keeps a thread pool per caller (docs/architecture.md, Measured choices)."""
         self._thread = threading.current_thread()
         while not self._stopping:
+            self._do_slot_work()
             self._admit()
             self._drop_cancelled()
             if self._running:
@@ -93,6 +99,11 @@ class Scheduler:
                 self._metrics.finished("error")
                 job.handle.deliver(TokenEvent("", (), error=shutting_down))
             self._update_gauges()
+            for *_, future in self._slot_work:
+                future.set_exception(shutting_down)
+        if self._cache is not None and isinstance(self._generator, SavesState):
+            # Drained to disk: this engine's states outlive it (SIGTERM, unload, eviction).
+            self._cache.drain(self._generator, self._pool.slots, self._metrics)
 
     def stop(self) -> None:
         """Finish the engine thread; running and waiting requests end with an error."""
@@ -141,10 +152,30 @@ class Scheduler:
         """A snapshot for /slots: each slot's state and its request's progress."""
         return slot_reports(self._pool.slots, self._running)
 
+    def when_idle(self, slot: int, work: SlotWork) -> Future[Any]:
+        """Do `work` on the engine thread once slot `slot` is free (llama-server defers a slot
+        action on a busy slot); its result or exception."""
+        future: Future[Any] = Future()
+        with self._wakeup:
+            self._slot_work.append((slot, work, future))
+            self._wakeup.notify()
+        return future
+
+    def _do_slot_work(self) -> None:
+        with self._wakeup:
+            due = [w for w in self._slot_work if not self._pool.slots[w[0]].busy]
+            self._slot_work = [w for w in self._slot_work if w not in due]
+        for slot, work, future in due:
+            try:
+                future.set_result(work(self._generator, self._pool.slots[slot]))
+            except Exception as exc:
+                future.set_exception(exc)
+
     def _next_job(self) -> Job | None:
         """The next waiting job to start, answering the ones that waited too long."""
         with self._wakeup:
-            if not self._running and not self._waiting and not self._stopping:
+            idle = not self._running and not self._waiting and not self._slot_work
+            if idle and not self._stopping:
                 self._wakeup.wait(timeout=0.5)
             timeout = self._limits.queue_timeout
             while self._waiting:
@@ -190,8 +221,7 @@ class Scheduler:
         generator, cache = self._generator, self._cache
         if cache is None or not isinstance(generator, SavesState):
             return shared
-        state = self._pool.slots[slot]
-        return swap_cached(cache, generator, slot, state, shared, prompt, self._metrics)
+        return cache.swap(generator, slot, self._pool.slots[slot], shared, prompt, self._metrics)
 
     def _open(self, job: Job, slot: int, cached: int) -> EngineError | None:
         """Set the slot up for the job; what went wrong, if anything."""
@@ -223,52 +253,8 @@ class Scheduler:
             logger.info("cancelled after %d tokens", running.generated, extra=about(running.job))
             self._release(running, "cancelled")
 
-    def _prompt_budget(self, room: int) -> int:
-        """Prompt tokens this step may feed, of the `room` the batch has.
-
-        A prompt alone takes the whole batch. With other sequences running, a step's prompt
-        chunks stop at half of it: a step costs about its token count, so two 128-token
-        prompts a step instead of four halve the median time to first token of a wave of
-        arrivals (each comes out a step sooner) and halve each stall of the decoding
-        streams, for the same work in all (bench figures in the commit that made it)."""
-        if len(self._running) == 1:
-            return room
-        return min(room, max(1, self._generator.max_feed_tokens // 2))
-
-    def _feeds(self) -> list[Feed]:
-        decoding = [r for r in self._running if not r.prefilling]
-        room = max(1, self._generator.max_feed_tokens - len(decoding))
-        budget = self._prompt_budget(room)
-        prompts = []
-        waiting = False  # a prompt left with more to feed after this step
-        for r in self._running:
-            if not r.prefilling:
-                continue
-            if budget <= 0:
-                waiting = True
-                continue
-            end = media.chunk_end(r.job.media, r.fed, budget, len(r.job.prompt))
-            chunk = r.job.prompt[r.fed : end]
-            budget -= len(chunk)
-            room -= len(chunk)
-            # With no token to generate (max_tokens 0) the prompt is only evaluated.
-            last = end == len(r.job.prompt)
-            waiting = waiting or not last
-            sample = last and r.job.params.max_tokens > 0
-            rows = media.rows_in(r.job.media, r.fed, end)
-            mrope = media.mrope_in(r.job.media, r.fed, end)
-            prompts.append(Feed(r.slot, chunk, sample, rows, mrope=mrope))
-        # Drafts take what the prompts leave of the batch, so they never delay a first token:
-        # nothing beyond the prompts' budget while a prompt still waits for more of it.
-        drafts = self._speculation.drafts(decoding, budget if waiting else room)
-        feeds = [
-            Feed(r.slot, (r.last_token,), True, draft=draft)
-            for r, draft in zip(decoding, drafts, strict=True)
-        ]
-        return feeds + prompts
-
     def _step(self) -> None:
-        feeds = self._feeds()
+        feeds = next_feeds(self._running, self._generator, self._speculation)
         try:
             samples = self._generator.step(feeds)
         except Exception as exc:
@@ -391,6 +377,8 @@ class Scheduler:
         prompt_ms, predicted_ms = running.elapsed_ms(time.monotonic())
         length = len(running.job.prompt) + running.generated
         self._metrics.measured(length, prompt_ms / 1e3, predicted_ms / 1e3)
+        if self._cache is not None and running.first_time is not None:
+            self._cache.prefilled(len(running.job.prompt) - running.cached, prompt_ms / 1e3)
         try:
             self._generator.close_slot(running.slot)
         finally:

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -44,7 +45,10 @@ _LAYOUTS = ThreadPoolExecutor(CALL_THREADS, thread_name_prefix="layout")
 class TextService:
     """A text model's engine in its worker."""
 
-    calls = frozenset({"tokenize", "token_pieces", "tokenize_with_media", "slots", "stop"})
+    calls = frozenset(
+        {"tokenize", "token_pieces", "tokenize_with_media", "slots", "slot_file", "stop"}
+        | {"prompt_cache"}
+    )
     streams = frozenset({"generate", "generate_with_media"})
 
     def __init__(self, config: ModelConfig, engine: TextEngine) -> None:
@@ -121,6 +125,20 @@ class TextService:
     def slots(self) -> list[SlotReport]:
         """The scheduler's snapshot for /slots."""
         return self._engine.scheduler.slots()
+
+    def slot_file(self, action: str, slot: int, filename: str) -> dict[str, Any]:
+        """llama-server's slot save, restore or erase (slot_files.py), once the slot is free."""
+        files = self._engine.slot_files
+        if files is None:
+            message = "this model's KV state cannot be saved: no slot files"
+            raise EngineError(message, "not_supported")
+        work = partial(files.run, action, slot, filename)
+        return dict(self._engine.scheduler.when_idle(slot, work).result())
+
+    def prompt_cache(self) -> dict[str, Any]:
+        """The prompt cache's tiers as /props shows them (empty without one)."""
+        tiers = self._engine.prompt_cache
+        return {} if tiers is None else tiers.stats()
 
     def stop(self) -> None:
         """End every running and waiting generation with a shutdown error."""
