@@ -95,19 +95,25 @@ def test_the_model_hash_follows_the_content(tmp_path: Path) -> None:
 # Servers: the same request before and after a SIGTERM, an idle unload, RAM eviction.
 
 
-def _messages(topic: str) -> list[Any]:
+def _messages(topic: str, repeat: int) -> list[Any]:
     return [
-        {"role": "system", "content": f"You are an expert on {topic}. " * 400},
+        {"role": "system", "content": f"You are an expert on {topic}. " * repeat},
         {"role": "user", "content": f"Tell me about {topic}."},
     ]
 
 
-def _ask(server: ServerProcess, topic: str) -> tuple[list[tuple[str, float]], int, int]:
+def _ask(
+    server: ServerProcess, topic: str, repeat: int = 400
+) -> tuple[list[tuple[str, float]], int, int]:
     """For a ~3,000-token prompt on `topic`: the greedy answer's tokens with their
     log-probabilities, the
     prompt's tokens, and how many of them were cached."""
     answer = server.openai().chat.completions.create(
-        model="default", messages=_messages(topic), max_tokens=8, temperature=0, logprobs=True
+        model="default",
+        messages=_messages(topic, repeat),
+        max_tokens=8,
+        temperature=0,
+        logprobs=True,
     )
     usage, logprobs = answer.usage, answer.choices[0].logprobs
     assert usage is not None and usage.prompt_tokens_details is not None

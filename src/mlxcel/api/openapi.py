@@ -212,6 +212,7 @@ _BODIES: dict[tuple[str, str], tuple[dict[str, Any], bool]] = {
     ("post", "/v1/messages"): (MESSAGE, True),
     ("post", "/v1/messages/count_tokens"): (_object({"input_tokens": _INT}), False),
     ("get", "/slots"): ({"type": "array", "items": {"type": "object"}}, False),
+    ("post", "/slots/{id_slot}"): (_object({"id_slot": _INT}), False),
     ("post", "/v1/embeddings"): (EMBEDDINGS, False),
     ("post", "/embedding"): (NATIVE_EMBEDDINGS, False),
     ("post", "/embeddings"): ({"anyOf": [EMBEDDINGS, NATIVE_EMBEDDINGS]}, False),
@@ -233,6 +234,8 @@ _REASONS = {
     404: "No model, response or route by that name",
     409: "The model is in use",
     413: "The body is larger than the server takes",
+    500: "A slot file could not be written",
+    501: "Slot actions need --slot-save-path, and a model whose KV state can be saved",
     503: "Loading, busy (queue full or waited too long: Retry-After), or a model unavailable",
 }
 
@@ -246,6 +249,8 @@ def _statuses(method: str, path: str, secured: bool) -> list[int]:
         statuses.append(413)
     if path == "/models/unload":
         statuses.append(409)
+    if path == "/slots/{id_slot}":
+        statuses += [500, 501]
     return sorted(statuses)
 
 

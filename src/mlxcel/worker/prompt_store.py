@@ -114,7 +114,15 @@ def open_prompt_cache(
     be saved; (None, None) where it cannot or none is asked for."""
     ram = -1 if config.cache_ram_mib < 0 else config.cache_ram_mib * 1024 * 1024
     wanted = config.cache_ram_mib != 0 or config.cache_disk or config.slot_save_path
-    if not wanted or not isinstance(generator, SavesState) or not generator.can_save_state:
+    if not wanted:
+        return None, None
+    if not isinstance(generator, SavesState) or not generator.can_save_state:
+        if config.cache_disk or config.slot_save_path:
+            logger.warning(
+                "[%s] this model's KV state cannot be saved: no disk prompt cache or slot "
+                "files; its prompt cache stays in its slots, in memory",
+                config.served_name,
+            )
         return None, None
     store = config.cache_disk or config.slot_save_path
     if store is None:
