@@ -132,7 +132,7 @@ def _same(a: list[tuple[str, float]], b: list[tuple[str, float]]) -> bool:
     )
 
 
-def _config(tmp: Path, model: Path, disk: Path, slots: Path, *extra: str) -> Path:
+def _config(tmp: Path, model: Path, disk: Path, slots: Path | None, *extra: str) -> Path:
     # 1 MiB of RAM: one ~3,000-token state (0.8 MiB), the next one sends it to disk.
     ram = [] if any(line.startswith("cache_ram") for line in extra) else ["cache_ram: 1"]
     lines = [
@@ -142,7 +142,7 @@ def _config(tmp: Path, model: Path, disk: Path, slots: Path, *extra: str) -> Pat
         "    ctx_size: 4096",
         *(f"    {line}" for line in ram),
         f"    cache_disk: {disk}",
-        f"    slot_save_path: {slots}",
+        *([f"    slot_save_path: {slots}"] if slots else []),
         *(f"    {line}" for line in extra),
     ]
     path = tmp / f"config-{len(list(tmp.glob('config-*')))}.yaml"
@@ -158,9 +158,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory, tiny_gguf: Path) -> Iterator
     yield {"tmp": tmp, "model": model, "disk": tmp / "disk", "slots": tmp / "slots"}
 
 
-def _serve(setup: dict[str, Path], *extra: str) -> ServerProcess:
+def _serve(setup: dict[str, Path], *extra: str, slots: bool = True) -> ServerProcess:
     tmp = setup["tmp"]
-    config = _config(tmp, setup["model"], setup["disk"], setup["slots"], *extra)
+    config = _config(tmp, setup["model"], setup["disk"], setup["slots"] if slots else None, *extra)
     folder = tmp / config.stem
     folder.mkdir()
     return start(folder, "--config", str(config))
@@ -279,6 +279,17 @@ def test_slot_save_restore_erase(setup: dict[str, Path]) -> None:
         assert missing.status_code == 400 and "Unable to restore" in missing.text
         assert http.post("/slots/0?action=fly", json={}).status_code == 400
         assert http.post("/slots/7?action=erase").status_code == 400
+        # A second server on the same folder: what it writes, the first one finds.
+        other = _serve(setup, slots=False)
+        try:
+            with other.http() as other_http:
+                refused = other_http.post("/slots/0?action=erase")
+            assert refused.status_code == 501 and "--slot-save-path" in refused.text
+            rivers, river_tokens, _ = _ask(other, "rivers and lakes")
+        finally:
+            other.stop()  # its slot's state goes to the shared folder
+        shared, _, cached = _ask(server, "rivers and lakes")
+        assert _same(shared, rivers) and cached >= 0.95 * river_tokens
     finally:
         http.close()
         server.stop()
