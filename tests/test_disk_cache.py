@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from mlxcel.engine.cache_tiers import Crossover
 from mlxcel.engine.disk_cache import MAGIC, DiskCache, StateKey, decode, encode, entry_name
 from mlxcel.worker.prompt_store import model_hash
 from tests.conftest import start
@@ -90,6 +91,16 @@ def test_the_model_hash_follows_the_content(tmp_path: Path) -> None:
     model.write_bytes(b"b" * 1000)
     os.utime(model, ns=(time.time_ns(), time.time_ns() + 10**9))
     assert model_hash([model], store) != first
+
+
+def test_loading_is_chosen_only_where_measured_faster() -> None:
+    crossover = Crossover()
+    assert crossover.worth_loading(20, 10**9)  # nothing measured yet: load
+    crossover.prefilled(1000, 1.0)  # 1 ms a token
+    crossover.loaded(10**6, 0.001)  # 1 ns a byte
+    assert crossover.worth_loading(100, 10**6)  # 3 ms against 100 ms
+    assert not crossover.worth_loading(100, 10**9)  # a second against 100 ms
+    assert not crossover.worth_loading(1, 10)  # the fixed cost of a load against 1 ms
 
 
 # Servers: the same request before and after a SIGTERM, an idle unload, RAM eviction.
