@@ -199,6 +199,8 @@ def test_a_prefix_outlives_sigterm_eviction_and_an_idle_unload(setup: dict[str, 
         again, _, cached = _ask(server, "the moon")
         assert _same(again, moon) and cached >= 0.95 * prompt_tokens
         assert _disk_loads(server) == 1
+        assert server.metric("mlxcel_prompt_cache_disk_entries") == 1
+        assert server.metric("mlxcel_prompt_cache_disk_bytes") > 0.5 * 2**20
         props = server.http().get("/props").json()["prompt_cache"]["disk"]
         assert props["hits"] == 1 and props["entries"] == 1 and props["load_ms"] > 0
         # RAM eviction: the volcano state leaves the 1 MiB RAM tier for disk when the moon's

@@ -219,7 +219,7 @@ class ModelConfig:
     chat_template_file: Path | None = None
     cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
     cache_disk: Path | None = None
-    cache_disk_max: int = DEFAULT_CACHE_DISK_MAX  # bytes; -1: no limit
+    cache_disk_max: int = DEFAULT_CACHE_DISK_MAX  # bytes
     slot_save_path: Path | None = None
     temperature: float | None = None
     top_p: float | None = None

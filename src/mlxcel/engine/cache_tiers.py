@@ -122,6 +122,7 @@ class CacheTiers:
         keep_slot_state(self.ram, generator, slot, state, shared)
         _, in_ram = self.ram.best(prompt)
         entry, on_disk = self._disk_best(prompt)
+        metrics.disk_size(self.disk.entries, self.disk.total_bytes)  # with the writer's work
         on_disk = min(on_disk, len(prompt) - 1)
         better = entry is not None and on_disk > max(in_ram, shared)
         if better and entry is not None:
