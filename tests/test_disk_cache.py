@@ -268,6 +268,7 @@ def test_slot_save_restore_erase(setup: dict[str, Path]) -> None:
     http = server.http()
     try:
         moon, prompt_tokens, _ = _ask(server, "the sun")
+        assert "/slots/{id_slot}" in http.get("/openapi.json").json()["paths"]
         saved = http.post("/slots/0?action=save", json={"filename": "sun.bin"})
         assert saved.status_code == 200, saved.text
         body = saved.json()
@@ -297,7 +298,9 @@ def test_slot_save_restore_erase(setup: dict[str, Path]) -> None:
         try:
             with other.http() as other_http:
                 refused = other_http.post("/slots/0?action=erase")
+                paths = other_http.get("/openapi.json").json()["paths"]
             assert refused.status_code == 501 and "--slot-save-path" in refused.text
+            assert "/slots/{id_slot}" not in paths  # documented only where it is served
             rivers, river_tokens, _ = _ask(other, "rivers and lakes")
         finally:
             other.stop()  # its slot's state goes to the shared folder

@@ -324,9 +324,12 @@ def _edit_form(document: dict[str, Any], schemas: dict[str, Any]) -> None:
     operation["requestBody"] = {"required": True, "content": {"multipart/form-data": form}}
 
 
-def openapi_document(app: FastAPI, secured: bool) -> dict[str, Any]:
-    """The document, built from the app's routes."""
+def openapi_document(app: FastAPI, secured: bool, slot_files: bool = True) -> dict[str, Any]:
+    """The document, built from the app's routes; the slot actions only where a model has
+    --slot-save-path (elsewhere they answer llama-server's 501, a server error)."""
     document = get_openapi(title=app.title, version=app.version, routes=app.routes)
+    if not slot_files:
+        document["paths"].pop("/slots/{id_slot}", None)
     schemas: dict[str, Any] = document.setdefault("components", {}).setdefault("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)
@@ -351,9 +354,10 @@ def install_openapi(app: FastAPI, config: ServerConfig) -> None:
     secured = bool(config.api_keys)
     cached: list[dict[str, Any]] = []
     dependencies = [] if config.public_openapi else [Depends(require_api_key)]
+    slot_files = any(model.slot_save_path is not None for model in config.models)
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=dependencies)
     async def document() -> JSONResponse:
         if not cached:
-            cached.append(openapi_document(app, secured))
+            cached.append(openapi_document(app, secured, slot_files))
         return JSONResponse(cached[0])
