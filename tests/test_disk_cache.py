@@ -72,7 +72,7 @@ def test_the_limit_holds_least_recently_used_first(tmp_path: Path) -> None:
 
 
 def test_two_processes_on_one_folder_see_each_other(tmp_path: Path) -> None:
-    first, second = DiskCache(tmp_path, KEY), DiskCache(tmp_path, KEY)
+    first, second = DiskCache(tmp_path, KEY, -1), DiskCache(tmp_path, KEY, -1)
     first.put([1, 2], b"from the first")
     entry, _ = second.best([1, 2, 3])
     assert entry is not None and second.read(entry) == b"from the first"

@@ -40,7 +40,6 @@ logger = logging.getLogger(__name__)
 MAGIC = b"MLXCELKV"
 FORMAT = 1
 SUFFIX = ".kvc"
-DEFAULT_MAX_BYTES = 10 * 1024**3
 # A temporary file older than this was left by a process that died while writing it.
 STALE_TEMP_S = 3600.0
 _LENGTH = struct.Struct("<I")
@@ -151,9 +150,10 @@ def _read_index_entry(path: Path, key: str) -> DiskEntry:
 
 
 class DiskCache:
-    """One model's entries under `root`/<key digest>; `max_bytes` bounds the folder."""
+    """One model's entries under `root`/<key digest>; `max_bytes` bounds the folder (< 0: no
+    bound)."""
 
-    def __init__(self, root: Path, key: StateKey, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, root: Path, key: StateKey, max_bytes: int) -> None:
         self.key = key
         self._digest = key.digest()
         self.folder = root / self._digest
