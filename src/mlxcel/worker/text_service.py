@@ -132,6 +132,8 @@ class TextService:
         if files is None:
             message = "this model's KV state cannot be saved: no slot files"
             raise EngineError(message, "not_supported")
+        if not 0 <= slot < self._engine.generator.n_slots:
+            raise EngineError(f"Invalid slot ID: {slot}", "invalid_request_error")
         work = partial(files.run, action, slot, filename)
         return dict(self._engine.scheduler.when_idle(slot, work).result())
 
