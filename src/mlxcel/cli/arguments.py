@@ -193,6 +193,29 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         "that share its prefix; -1 = no limit, 0 = off (default: %(default)s)",
     )
     add(
+        "--cache-disk",
+        type=Path,
+        metavar="DIR",
+        help="keep prompt KV state on disk under DIR too: what leaves the RAM cache, and every "
+        "state when the model unloads or the server stops, for later requests and restarts "
+        "(default: off)",
+    )
+    add(
+        "--cache-disk-max",
+        type=_memory_size,
+        default=defaults.DEFAULT_CACHE_DISK_MAX,
+        metavar="SIZE",
+        help="disk the prompt cache may use per model (bytes, 512M, 8G); least recently used "
+        f"states leave first (default: {defaults.DEFAULT_CACHE_DISK_MAX >> 30}G)",
+    )
+    add(
+        "--slot-save-path",
+        type=Path,
+        metavar="DIR",
+        help="where POST /slots/{id}?action=save|restore writes and reads slot files "
+        "(default: slot actions off)",
+    )
+    add(
         "--chat-template-file",
         type=Path,
         metavar="FILE",

@@ -32,6 +32,7 @@ DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 # Seconds a loaded worker may go without answering its heartbeat before it is killed.
 DEFAULT_WORKER_TIMEOUT = 30.0
 DEFAULT_CACHE_RAM_MIB = 2048
+DEFAULT_CACHE_DISK_MAX = 10 * 1024**3
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 # Connection hygiene (api/connections.py): seconds, and open client connections.
 DEFAULT_HEADER_TIMEOUT = 15.0
@@ -162,6 +163,9 @@ class ModelConfig:
     reasoning_parser: str = "auto"
     chat_template_file: Path | None = None
     cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
+    cache_disk: Path | None = None
+    cache_disk_max: int = DEFAULT_CACHE_DISK_MAX  # bytes
+    slot_save_path: Path | None = None
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None

@@ -19,17 +19,17 @@ from mlxcel.engine.adapters import (
     adapter_refusal,
     names_in_use,
 )
+from mlxcel.engine.cache_tiers import CacheTiers
 from mlxcel.engine.capabilities import SavesState
+from mlxcel.engine.feeds import next_feeds
 from mlxcel.engine.handle import EventSink
 from mlxcel.engine.metrics import RecordsMetrics
-from mlxcel.engine.prompt_cache import PromptCache, swap_cached
 from mlxcel.engine.sequence import Job, Running, about, slot_reports
-from mlxcel.engine.slots import SlotPool, SlotReport
+from mlxcel.engine.slots import SlotPool, SlotReport, SlotState
 from mlxcel.engine.speculation import Speculation
 from mlxcel.engine.speculative import SpeculativeConfig
 from mlxcel.engine.types import (
     EngineError,
-    Feed,
     PromptProgress,
     Sample,
     TextGenerator,
@@ -43,6 +43,9 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Admitted", "Scheduler", "SchedulerLimits"]
 
+SlotWork = Callable[[TextGenerator, SlotState], Any]
+"""Something done to one idle slot on the engine thread (a slot file's save or restore)."""
+
 
 class Scheduler:
     """Owns one TextGenerator on its own thread; nothing else may call into it."""
@@ -54,7 +57,7 @@ class Scheduler:
         limits: SchedulerLimits,
         name: str,
         metrics: RecordsMetrics,
-        prompt_cache: PromptCache | None = None,
+        prompt_cache: CacheTiers | None = None,
         speculative: SpeculativeConfig | None = None,
     ) -> None:
         self._generator = generator
@@ -70,6 +73,7 @@ class Scheduler:
         self._turns = Turns()
         self._calls = EngineCalls()
         self._active: AdapterSet = ()
+        self._slot_work: list[tuple[int, SlotWork, Future[Any]]] = []
         self._stopping = False
         self._thread: threading.Thread | None = None
 
@@ -80,6 +84,7 @@ class Scheduler:
         self._thread = threading.current_thread()
         while not self._stopping:
             self._calls.run_pending()
+            self._do_slot_work()
             self._admit()
             self._drop_cancelled()
             if self._running:
@@ -91,6 +96,11 @@ class Scheduler:
         with self._wakeup:
             self._waiting.drain(shutting_down)
             self._update_gauges()
+            for *_, future in self._slot_work:
+                future.set_exception(shutting_down)
+        if self._cache is not None and isinstance(self._generator, SavesState):
+            # Drained to disk: this engine's states outlive it (SIGTERM, unload, eviction).
+            self._cache.drain(self._generator, self._pool.slots, self._metrics)
 
     def stop(self) -> None:
         """Finish the engine thread; running and waiting requests end with an error."""
@@ -136,10 +146,29 @@ class Scheduler:
         """A snapshot for /slots: each slot's state and its request's progress."""
         return slot_reports(self._pool.slots, self._running)
 
+    def when_idle(self, slot: int, work: SlotWork) -> Future[Any]:
+        """Do `work` on the engine thread once slot `slot` is free (llama-server defers a slot
+        action on a busy slot); its result or exception."""
+        future: Future[Any] = Future()
+        with self._wakeup:
+            self._slot_work.append((slot, work, future))
+            self._wakeup.notify()
+        return future
+
+    def _do_slot_work(self) -> None:
+        with self._wakeup:
+            due = [w for w in self._slot_work if not self._pool.slots[w[0]].busy]
+            self._slot_work = [w for w in self._slot_work if w not in due]
+        for slot, work, future in due:
+            try:
+                future.set_result(work(self._generator, self._pool.slots[slot]))
+            except Exception as exc:
+                future.set_exception(exc)
+
     def _next_job(self) -> Job | None:
         """The next waiting job to start, answering the ones that waited too long."""
         with self._wakeup:
-            idle = not self._running and not self._waiting and not self._calls.waiting
+            idle = not (self._running or self._waiting or self._calls.waiting or self._slot_work)
             if idle and not self._stopping:
                 self._wakeup.wait(timeout=0.5)
             return self._waiting.next_job(self._pool.can_take)
@@ -175,7 +204,7 @@ class Scheduler:
         if cache is None or not isinstance(generator, SavesState):
             return shared
         state, metrics, adapters = self._pool.slots[slot], self._metrics, job.params.adapters
-        return swap_cached(cache, generator, slot, state, shared, job.prompt, metrics, adapters)
+        return cache.swap(generator, slot, state, shared, job.prompt, metrics, adapters)
 
     def _open(self, job: Job, slot: int, cached: int) -> EngineError | None:
         """Set the slot up for the job; what went wrong, if anything."""
@@ -210,50 +239,6 @@ class Scheduler:
             logger.info("cancelled after %d tokens", running.generated, extra=about(running.job))
             self._release(running, "cancelled")
 
-    def _prompt_budget(self, room: int, running: int) -> int:
-        """Prompt tokens this step may feed, of the `room` the batch has.
-
-        A prompt alone takes the whole batch. With other sequences running, a step's prompt
-        chunks stop at half of it: a step costs about its token count, so two 128-token
-        prompts a step instead of four halve the median time to first token of a wave of
-        arrivals (each comes out a step sooner) and halve each stall of the decoding
-        streams, for the same work in all (bench figures in the commit that made it)."""
-        if running == 1:
-            return room
-        return min(room, max(1, self._generator.max_feed_tokens // 2))
-
-    def _feeds(self, stepping: list[Running]) -> list[Feed]:
-        decoding = [r for r in stepping if not r.prefilling]
-        room = max(1, self._generator.max_feed_tokens - len(decoding))
-        budget = self._prompt_budget(room, len(stepping))
-        prompts = []
-        waiting = False  # a prompt left with more to feed after this step
-        for r in stepping:
-            if not r.prefilling:
-                continue
-            if budget <= 0:
-                waiting = True
-                continue
-            end = media.chunk_end(r.job.media, r.fed, budget, len(r.job.prompt))
-            chunk = r.job.prompt[r.fed : end]
-            budget -= len(chunk)
-            room -= len(chunk)
-            # With no token to generate (max_tokens 0) the prompt is only evaluated.
-            last = end == len(r.job.prompt)
-            waiting = waiting or not last
-            sample = last and r.job.params.max_tokens > 0
-            rows = media.rows_in(r.job.media, r.fed, end)
-            mrope = media.mrope_in(r.job.media, r.fed, end)
-            prompts.append(Feed(r.slot, chunk, sample, rows, mrope=mrope))
-        # Drafts take what the prompts leave of the batch, so they never delay a first token:
-        # nothing beyond the prompts' budget while a prompt still waits for more of it.
-        drafts = self._speculation.drafts(decoding, budget if waiting else room)
-        feeds = [
-            Feed(r.slot, (r.last_token,), True, draft=draft)
-            for r, draft in zip(decoding, drafts, strict=True)
-        ]
-        return feeds + prompts
-
     def _adapter_turn(self) -> list[Running]:
         """The running sequences of the adapter set whose turn this step is, that set on."""
         turn = self._turns.pick([r.job.params.adapters for r in self._running])
@@ -265,7 +250,7 @@ class Scheduler:
 
     def _step(self) -> None:
         try:
-            feeds = self._feeds(self._adapter_turn())
+            feeds = next_feeds(self._adapter_turn(), self._generator, self._speculation)
             samples = self._generator.step(feeds)
         except Exception as exc:
             logger.exception("engine step failed")
@@ -387,6 +372,8 @@ class Scheduler:
         prompt_ms, predicted_ms = running.elapsed_ms(time.monotonic())
         length = len(running.job.prompt) + running.generated
         self._metrics.measured(length, prompt_ms / 1e3, predicted_ms / 1e3)
+        if self._cache is not None and running.first_time is not None:
+            self._cache.prefilled(len(running.job.prompt) - running.cached, prompt_ms / 1e3)
         try:
             self._generator.close_slot(running.slot)
         finally:

@@ -13,16 +13,18 @@ from mlxcel.chat_templates import BUILTIN_TEMPLATES, CHATML, builtin_for
 from mlxcel.config.engines import choose_backend
 from mlxcel.config.settings import ModelConfig
 from mlxcel.engine.adapters import SwitchesAdapters
+from mlxcel.engine.cache_tiers import CacheTiers
 from mlxcel.engine.capabilities import VerifiesDrafts
 from mlxcel.engine.metrics import RecordsMetrics
-from mlxcel.engine.prompt_cache import PromptCache
 from mlxcel.engine.sampling import SamplingDefaults, model_defaults
 from mlxcel.engine.scheduler import Scheduler, SchedulerLimits
+from mlxcel.engine.slot_files import SlotFiles
 from mlxcel.engine.speculative import SpeculativeConfig, linear_costs, timed_lengths
 from mlxcel.engine.types import ChatTemplate, TextGenerator
 from mlxcel.parsers.reasoning import reasoning_parser_name
 from mlxcel.parsers.tools import detect_parser
 from mlxcel.progress import progress
+from mlxcel.worker.prompt_store import open_prompt_cache
 from mlxcel.worker.rpc_links import rpc_endpoints
 
 logger = logging.getLogger(__name__)
@@ -110,6 +112,9 @@ class TextEngine:
     """The template its chats render with (the model's own unless a flag chose another)."""
     tool_call_parser: str
     """The parser for tool calls: the configured one, or with `auto` the template's."""
+    slot_files: SlotFiles | None = None
+    """llama-server's slot save and restore, with --slot-save-path."""
+    prompt_cache: CacheTiers | None = None
 
     def close(self) -> None:
         """Stop the engine thread and free the weights."""
@@ -150,12 +155,13 @@ def _load(config: ModelConfig, metrics: RecordsMetrics) -> TextEngine:
         generator.close()
         raise
     name = config.served_name
+    prompt_cache, slot_files = open_prompt_cache(config, backend, generator)
     scheduler = Scheduler(
         generator,
         limits=SchedulerLimits(config.queue_size, config.queue_timeout),
         name=name,
         metrics=metrics,
-        prompt_cache=_prompt_cache(config),
+        prompt_cache=prompt_cache,
         speculative=_speculative(config, generator),
     )
     logger.info(
@@ -179,7 +185,9 @@ def _load(config: ModelConfig, metrics: RecordsMetrics) -> TextEngine:
         # deepseek_r1 or qwen3 for <think> tags: decided per prompt, by who opens the tag.
         reasoning = reasoning_parser_name("auto", "", source) or "none"
         logger.info("[%s] reasoning parser: %s (auto, from the chat template)", name, reasoning)
-    return TextEngine(generator, scheduler, defaults, template, tool_parser)
+    return TextEngine(
+        generator, scheduler, defaults, template, tool_parser, slot_files, prompt_cache
+    )
 
 
 def _load_adapters(config: ModelConfig, generator: TextGenerator) -> None:
@@ -228,14 +236,6 @@ def _speculative(config: ModelConfig, generator: TextGenerator) -> SpeculativeCo
         cost_text,
     )
     return SpeculativeConfig(config.spec_ngram_size_n, size_m, costs, config.draft_min)
-
-
-def _prompt_cache(config: ModelConfig) -> PromptCache | None:
-    """The host-memory prompt cache --cache-ram asks for (MiB; -1 no limit, 0 none)."""
-    if config.cache_ram_mib == 0:
-        return None
-    limit = -1 if config.cache_ram_mib < 0 else config.cache_ram_mib * 1024 * 1024
-    return PromptCache(limit)
 
 
 def _chat_template(config: ModelConfig, generator: TextGenerator) -> ChatTemplate:

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +53,11 @@ class TextService:
             "token_pieces",
             "tokenize_with_media",
             "slots",
+            "slot_file",
             "stop",
             "load_adapter",
             "unload_adapter",
+            "prompt_cache",
         }
     )
     streams = frozenset({"generate", "generate_with_media"})
@@ -164,6 +167,22 @@ class TextService:
                 "this model's engine runs no LoRA adapters", "invalid_request_error", param
             )
         return generator.lora
+
+    def slot_file(self, action: str, slot: int, filename: str) -> dict[str, Any]:
+        """llama-server's slot save, restore or erase (slot_files.py), once the slot is free."""
+        files = self._engine.slot_files
+        if files is None:
+            message = "this model's KV state cannot be saved: no slot files"
+            raise EngineError(message, "not_supported")
+        if not 0 <= slot < self._engine.generator.n_slots:
+            raise EngineError(f"Invalid slot ID: {slot}", "invalid_request_error")
+        work = partial(files.run, action, slot, filename)
+        return dict(self._engine.scheduler.when_idle(slot, work).result())
+
+    def prompt_cache(self) -> dict[str, Any]:
+        """The prompt cache's tiers as /props shows them (empty without one)."""
+        tiers = self._engine.prompt_cache
+        return {} if tiers is None else tiers.stats()
 
     def stop(self) -> None:
         """End every running and waiting generation with a shutdown error."""

@@ -57,9 +57,12 @@ async def props(request: Request, model: str | None = None) -> dict[str, Any]:
     """Server properties and the generation defaults, in llama-server's shape."""
     loaded = await model_for(request, model)
     answer = native.props(loaded, loaded.n_predict)
+    cache = answer["prompt_cache"] = await asyncio.to_thread(loaded.scheduler.prompt_cache)
     if not request.app.state.api_keys:
         # Only the file's name on an open server (docs/security.md): not where it lives.
         answer["model_path"] = Path(answer["model_path"]).name
+        if "disk" in cache:
+            cache["disk"]["path"] = Path(cache["disk"]["path"]).name
     return answer
 
 

@@ -126,7 +126,8 @@ class MlxGenerator:
         self._can_save_state = not unsaved
         if unsaved:
             logger.warning(
-                "%s cannot be saved: no host-memory prompt cache (--cache-ram)",
+                "%s cannot be saved: no prompt cache in host memory or on disk (--cache-ram, "
+                "--cache-disk); prompts are reused from the slots only",
                 ", ".join(unsaved),
             )
         self._generation_config = read_generation_config(path)
