@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from mlxcel.backends.group import from_section
 from mlxcel.config import values as to
 from mlxcel.config.settings import (
     BACKENDS,
@@ -172,6 +173,7 @@ MODEL_KEYS: dict[str, tuple[str, to.Convert]] = {
     "idle_timeout": ("idle_timeout", to.duration),
     "on_demand_idle_timeout": ("idle_timeout", to.duration),
     "pinned": ("pinned", to.boolean),
+    "distributed": ("distributed", from_section),
     "embedding_engine": ("embedding_engine", to.choice(ENCODER_ENGINES)),
 }
 # mlx-openai-server's model keys we accept and do not act on yet (reported at startup).

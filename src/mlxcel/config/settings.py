@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from mlxcel.backends.group import DistributedConfig
 from mlxcel.logs import LOG_FORMATS
 from mlxcel.media.policy import MediaLimits, MediaPolicy
 from mlxcel.mmproj import projector_modalities
@@ -262,6 +263,8 @@ class ModelConfig:
     """Unload after this many seconds with no request running or queued; 0 = never."""
     pinned: bool = False
     """Never unloaded for idleness or to make room."""
+    distributed: DistributedConfig | None = None
+    """Split over the machines of a group (--distributed): this process is rank 0."""
 
     @property
     def input_modalities(self) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ from mlxcel.engine.types import EngineError
 from mlxcel.logs import current_request
 from mlxcel.memory import resident_bytes
 from mlxcel.wire.messages import (
+    Broken,
     Call,
     Cancel,
     LoadFailed,
@@ -104,6 +105,8 @@ class Worker:
         self._streams: dict[int, Receiver] = {}
         self._ready: Future[Any] = Future()
         self._gone: str | None = None
+        # What a worker that ends itself said first (a model over machines that lost a rank).
+        self._broken: str | None = None
         # Set at shutdown (`abort`): what every call and stream fails with from then on.
         self._aborted: str | None = None
         self._stopping = False
@@ -255,6 +258,8 @@ class Worker:
             self._ready.set_result(message.facts)
         elif isinstance(message, LoadFailed):
             self._ready.set_exception(LoadError(message.reason))
+        elif isinstance(message, Broken):
+            self._broken = f"the model '{self.name}' failed: {message.reason}"
 
     def _raised(self, message: Raised) -> None:
         future = self._calls.pop(message.id, None)
@@ -273,6 +278,7 @@ class Worker:
             self._process.kill()
             returncode = self._process.wait()
         reason = f"the worker process of the model '{self.name}' {how_it_ended(returncode)}"
+        reason = self._broken or reason
         with self._lock:
             self._gone = reason
             calls, self._calls = self._calls, {}
