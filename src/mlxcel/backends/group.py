@@ -52,10 +52,14 @@ class DistributedConfig:
     """tensor: every rank holds a slice of every layer; pipeline: each holds whole layers;
     auto: tensor where the model can shard, else pipeline."""
     rank_timeout: float = DEFAULT_RANK_TIMEOUT_S
+    layers: int = 0
+    """The model's layer count (what a pipeline divides), once its config has been read."""
+    addresses: tuple[RankAddress, ...] = ()
+    """The hostfile's ranks, once read (the server reads it at start)."""
 
     def ranks(self) -> tuple[RankAddress, ...]:
-        """The ranks' addresses, rank 0 first (read from the hostfile each time: it is small)."""
-        return read_hostfile(self.hostfile)
+        """The ranks' addresses, rank 0 first."""
+        return self.addresses or read_hostfile(self.hostfile)
 
 
 def read_hostfile(path: Path) -> tuple[RankAddress, ...]:
@@ -123,3 +127,28 @@ def from_section(value: Any) -> DistributedConfig:
     config = DistributedConfig(Path(str(value["hostfile"])), mode, float(timeout))
     config.ranks()
     return config
+
+
+def pipeline_layers(layers: int, size: int) -> list[tuple[int, int]]:
+    """Each rank's [start, end) layers as mlx-lm's PipelineMixin splits them (rank 0 the last)."""
+    base, extra = divmod(layers, size)
+    counts = [base + (1 if r < extra else 0) for r in range(size)]
+    starts = [sum(counts[r + 1 :]) for r in range(size)]
+    return [(start, start + count) for start, count in zip(starts, counts, strict=True)]
+
+
+def describe(config: DistributedConfig) -> dict[str, Any]:
+    """The group as /v1/models and /props show it: the split, and each rank's host and part."""
+    ranks = config.ranks()
+    if config.mode == "pipeline" and config.layers:
+        parts = [f"layers {a}-{b - 1}" for a, b in pipeline_layers(config.layers, len(ranks))]
+    else:
+        parts = [f"1/{len(ranks)} of every layer"] * len(ranks)
+    return {
+        "mode": config.mode,
+        "rank_timeout": config.rank_timeout,
+        "ranks": [
+            {"rank": i, "host": rank.host, "port": rank.port, "holds": part}
+            for i, (rank, part) in enumerate(zip(ranks, parts, strict=True))
+        ],
+    }

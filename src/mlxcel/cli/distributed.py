@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from mlxcel.backends.group import (
@@ -14,6 +15,9 @@ from mlxcel.backends.group import (
     RankAddress,
     read_hostfile,
 )
+from mlxcel.cli.models import fail
+from mlxcel.config.engines import choose_backend
+from mlxcel.config.settings import ModelConfig
 
 
 def distributed_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,7 +78,26 @@ def distributed_config(
         parser.error(f"--rank {rank}: the hostfile lists ranks 0 to {len(ranks) - 1}")
     if not args.rank_timeout > 0:
         parser.error("--rank-timeout must be more than 0")
-    return DistributedConfig(hostfile, args.parallel_mode, args.rank_timeout), rank
+    config = DistributedConfig(hostfile, args.parallel_mode, args.rank_timeout, addresses=ranks)
+    return config, rank
+
+
+def with_split(parser: argparse.ArgumentParser, model: ModelConfig) -> ModelConfig:
+    """The model with its group's split decided (auto resolved, the layers counted); a model
+    mlx-lm cannot split the way asked, or not an MLX text model, stops the start."""
+    group = model.distributed
+    if group is None:
+        return model
+    try:
+        if model.kind != "text" or choose_backend(model.model, model.backend) != "mlx":
+            raise ValueError("--distributed serves MLX text models (a folder mlx-lm loads)")
+        from mlxcel.backends.mlx.sharded import resolve_split
+
+        mode, layers = resolve_split(model.model, group.mode)
+        ranks = group.ranks()
+    except (OSError, ValueError, KeyError, ImportError) as exc:
+        fail(parser, f"{model.model}: {exc}")
+    return replace(model, distributed=replace(group, mode=mode, layers=layers, addresses=ranks))
 
 
 def serve_other_rank(config: DistributedConfig, rank: int) -> int:

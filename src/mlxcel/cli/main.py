@@ -13,7 +13,7 @@ from pathlib import Path
 import mlxcel
 from mlxcel.cli.arguments import serve_arguments
 from mlxcel.cli.audio import audio_config
-from mlxcel.cli.distributed import distributed_config, serve_other_rank
+from mlxcel.cli.distributed import distributed_config, serve_other_rank, with_split
 from mlxcel.cli.encoders import encoder_config
 from mlxcel.cli.launch import launch_arguments, launch_argv
 from mlxcel.cli.llama_server import check_llama_server_arguments
@@ -176,6 +176,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         api_keys = tuple(dict.fromkeys((*api_keys, *server.pop("api_keys", ()))))  # type: ignore[misc]
         for item in file.ignored:
             logger.warning("%s: accepted, not acted on yet", item)
+    models = [with_split(parser, m) for m in models]
     check_api_keys(parser, api_keys)
     if args.api_key:
         logger.warning(

@@ -101,9 +101,7 @@ def _open_group(config: ModelConfig, on_broken: OnBroken) -> TextGenerator:
     from mlxcel.backends.mlx.leader import LeaderGenerator
 
     group = config.distributed
-    assert group is not None
-    if config.kind != "text" or choose_backend(config.model, config.backend) != "mlx":
-        raise ValueError(f"{config.model}: --distributed serves MLX text models only")
+    assert group is not None  # the command line checked it is an MLX text model
     options = MlxOptions(config.ctx_size, config.parallel, config.batch_size)
     level = "debug" if config.verbose else "info"
     logger.info("loading %s with MLX over %s", config.model, group.hostfile)

@@ -81,7 +81,12 @@ def _session(fd: int) -> None:
     commands: queue.SimpleQueue[Any] = queue.SimpleQueue()
     threading.Thread(target=_listen, args=(link, commands), daemon=True).start()
     try:
-        generator = _open(join)
+        from mlxcel.backends.mlx.generator import MlxOptions
+        from mlxcel.backends.mlx.sharded import ShardedGenerator  # the slow imports, first
+
+        links.send(link, links.Joining(join.rank))
+        options = MlxOptions(join.ctx_size, join.parallel, join.batch_size)
+        generator = ShardedGenerator(join.model, options, join.ranks, join.rank, join.mode)
     except Exception as exc:
         links.send(link, links.Failed(f"could not load its part: {exc}"))
         os._exit(1)
@@ -112,14 +117,6 @@ def _listen(link: socket.socket, commands: queue.SimpleQueue[Any]) -> None:
     except Exception as exc:  # the link's end, or a message no rank 0 sends
         logger.info("rank 0's link ended (%s): leaving the group", exc or "closed")
     os._exit(0)
-
-
-def _open(join: Any) -> Any:
-    from mlxcel.backends.mlx.generator import MlxOptions
-    from mlxcel.backends.mlx.sharded import ShardedGenerator
-
-    options = MlxOptions(join.ctx_size, join.parallel, join.batch_size)
-    return ShardedGenerator(join.model, options, join.ranks, join.rank, join.mode)
 
 
 def _run(generator: Any, command: Any) -> None:

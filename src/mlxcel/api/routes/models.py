@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Request
 from mlxcel.api.auth import require_api_key
 from mlxcel.api.body_check import CheckedJsonRoute
 from mlxcel.api.state import entry_for, loaded_registry, unavailable
+from mlxcel.backends.group import describe
 from mlxcel.config.engines import backend_label
 from mlxcel.models.entry import ModelBusy, ModelEntry, ModelUnavailable
 from mlxcel.protocol.errors import APIError
@@ -32,6 +33,8 @@ def _listed(entry: ModelEntry, request: Request) -> dict[str, Any]:
     }
     if request.app.state.api_keys:
         meta["path"] = str(config.model)
+    if config.distributed is not None:
+        meta["distributed"] = describe(config.distributed)
     listed: dict[str, Any] = {
         "id": entry.name,
         "object": "model",

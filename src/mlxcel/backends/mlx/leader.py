@@ -31,6 +31,9 @@ from mlxcel.engine.types import EngineError, Feed, Sample, SamplingParams
 logger = logging.getLogger(__name__)
 
 _WATCH_INTERVAL_S = 0.2
+# How long a rank's session process may take to start (its imports) before it joins the ring;
+# the ring's join itself is then bounded by the rank timeout.
+_START_GRACE_S = 120.0
 # After a ring error, how long to wait for a link to say which rank went.
 _NAMING_WAIT_S = 2.0
 
@@ -43,6 +46,7 @@ class _Rank:
         self.address = address
         self.link = link
         self.pending: deque[tuple[int, float]] = deque()
+        self.joining = threading.Event()
         self.joined = threading.Event()
 
     def __str__(self) -> str:
@@ -107,8 +111,14 @@ class LeaderGenerator(ShardedGenerator):
             ) from None
         return _Rank(index, address, link)
 
-    # The ring's init blocks until every rank joins: bound it as a command is bounded.
+    # The ring's init blocks until every rank joins: bound it as a command is bounded, once
+    # every rank has started.
     def _joining(self) -> None:
+        self._deadline = time.monotonic() + _START_GRACE_S
+        for other in self._others:
+            while not other.joining.wait(_WATCH_INTERVAL_S):
+                if self._broke.is_set():
+                    raise EngineError(f"{other} left while starting", "model_unavailable")
         self._deadline = time.monotonic() + self._timeout
 
     def _joined(self) -> None:
@@ -166,6 +176,8 @@ class LeaderGenerator(ShardedGenerator):
                     with self._lock:
                         while other.pending and other.pending[0][0] <= message.seq:
                             other.pending.popleft()
+                elif isinstance(message, links.Joining):
+                    other.joining.set()
                 elif isinstance(message, links.Joined):
                     other.joined.set()
                 elif isinstance(message, links.Failed):
@@ -180,7 +192,7 @@ class LeaderGenerator(ShardedGenerator):
             time.sleep(_WATCH_INTERVAL_S)
             now = time.monotonic()
             if self._deadline is not None and now > self._deadline:
-                self._break(f"the ranks did not all join the ring within {self._timeout:g} s")
+                self._break("the ranks did not all start and join the ring in time")
             with self._lock:
                 late = [
                     o for o in self._others if o.pending and now - o.pending[0][1] > self._timeout

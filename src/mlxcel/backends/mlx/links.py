@@ -40,6 +40,13 @@ class Join:
 
 
 @dataclass(frozen=True)
+class Joining:
+    """A rank has started and is about to join the ring."""
+
+    rank: int
+
+
+@dataclass(frozen=True)
 class Joined:
     """A rank joined the ring and holds its part of the model."""
 
@@ -77,7 +84,7 @@ _ALLOWED = {
     ("mlxcel.backends.group", "RankAddress"),
     ("mlxcel.engine.types", "Feed"),
     ("mlxcel.engine.types", "SamplingParams"),
-    *((__name__, name) for name in ("Join", "Joined", "Command", "Done", "Failed")),
+    *((__name__, name) for name in ("Join", "Joining", "Joined", "Command", "Done", "Failed")),
 }
 
 

@@ -9,39 +9,32 @@ forward pass with the whole logits, so each rank runs the same `MlxGenerator` st
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
-from mlx_lm.utils import load_model
+from mlx_lm.models.pipeline import PipelineMixin
+from mlx_lm.utils import _get_classes, load_config, load_model
 
 from mlxcel.backends.group import ParallelMode, RankAddress, ring_hostfile
 from mlxcel.backends.mlx.generator import MlxGenerator, MlxOptions
 
 
-@dataclass(frozen=True)
-class Split:
-    """How the model is divided: the mode and, per rank, what it holds."""
-
-    mode: str
-    parts: tuple[str, ...]
-
-
-def pipeline_layers(layers: int, size: int) -> list[tuple[int, int]]:
-    """Each rank's [start, end) layers, as mlx-lm's PipelineMixin splits them: rank 0 the last."""
-    base, extra = divmod(layers, size)
-    counts = [base + (1 if r < extra else 0) for r in range(size)]
-    starts = [sum(counts[r + 1 :]) for r in range(size)]
-    return [(start, start + count) for start, count in zip(starts, counts, strict=True)]
+def _supports(model_class: type) -> tuple[bool, bool]:
+    """Whether mlx-lm's model class can be split by tensor, and by pipeline."""
+    module = sys.modules[model_class.__module__]
+    pipelined = any(
+        isinstance(c, type) and issubclass(c, PipelineMixin) for c in vars(module).values()
+    )
+    return hasattr(model_class, "shard"), pipelined
 
 
-def choose_mode(model: Any, mode: ParallelMode) -> str:
+def choose_mode(model_class: type, mode: ParallelMode) -> ParallelMode:
     """The split a model gets; ValueError when it supports neither the asked one nor any."""
-    tensor = hasattr(model, "shard")
-    pipeline = hasattr(getattr(model, "model", None), "pipeline")
-    name = type(model).__module__.rsplit(".", 1)[-1]
+    tensor, pipeline = _supports(model_class)
+    name = model_class.__module__.rsplit(".", 1)[-1]
     if mode == "tensor" and not tensor:
         raise ValueError(f"mlx-lm's {name} models cannot be split by tensor: use pipeline")
     if mode == "pipeline" and not pipeline:
@@ -51,6 +44,15 @@ def choose_mode(model: Any, mode: ParallelMode) -> str:
             raise ValueError(f"mlx-lm's {name} models can be split neither by tensor nor pipeline")
         return "tensor" if tensor else "pipeline"
     return mode
+
+
+def resolve_split(path: Path, mode: ParallelMode) -> tuple[ParallelMode, int]:
+    """The split a model folder gets, and its layer count, from its config alone (no weights
+    are read): the server refuses a model that cannot be split before it starts."""
+    config = load_config(path)
+    model_class, _ = _get_classes(config)
+    text = config.get("text_config", config)
+    return choose_mode(model_class, mode), int(text.get("num_hidden_layers", 0))
 
 
 def join_ring(ranks: tuple[RankAddress, ...], rank: int) -> mx.distributed.Group:
@@ -76,7 +78,6 @@ class ShardedGenerator(MlxGenerator):
         mode: ParallelMode,
     ) -> None:
         self._ranks, self._rank, self._mode = ranks, rank, mode
-        self.split = Split(mode, ())
         super().__init__(path, options)
 
     def _joining(self) -> None:
@@ -90,15 +91,10 @@ class ShardedGenerator(MlxGenerator):
         group = join_ring(self._ranks, self._rank)
         self._joined()
         model, config = load_model(path, lazy=True)
-        mode = choose_mode(model, self._mode)
-        size = group.size()
-        if mode == "tensor":
+        if choose_mode(type(model), self._mode) == "tensor":
             model.shard(group)
-            self.split = Split(mode, tuple(f"1/{size} of every layer" for _ in range(size)))
         else:
             model.model.pipeline(group)
-            layers = pipeline_layers(len(model.model.layers), size)
-            self.split = Split(mode, tuple(f"layers {a}-{b - 1}" for a, b in layers))
         mx.eval(model.parameters())
         # Every rank has its weights before the first step (mlx-lm's sharded_load does the same).
         mx.eval(mx.distributed.all_sum(mx.array(1.0), group=group, stream=mx.cpu))
