@@ -25,54 +25,25 @@ import pytest
 pytest.importorskip("mlx_lm")
 
 from tests.conftest import LLAMA_DIR, serving
+from tests.netns import HTTP, RING, Namespaces, children, ranks_apart, write_hostfile
 from tests.server_process import MLXCEL, ServerProcess, alive
 
 pytestmark = pytest.mark.slow
 
 PREFIX = f"mlxc44-{os.getpid() % 100000}"
-RING = ("10.213.44.1", "10.213.44.2")
-# Rank 0's HTTP listens in its namespace; this pair links it to the tests' namespace.
-HTTP = ("10.213.46.1", "10.213.46.2")
 PORT = 18444
 RANK_TIMEOUT = 5.0
 GREEDY: dict[str, Any] = {"temperature": 0, "extra_body": {"ignore_eos": True}}
 PROMPTS = ("Tell me a story about a dragon.", "Name three cities.")
 
 
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True)
-
-
-def _veth(
-    a: str, ns_a: str | None, b: str, ns_b: str, addresses: tuple[str, str], bits: int
-) -> None:
-    _ip("link", "add", a, "type", "veth", "peer", "name", b)
-    for name, ns, address in ((a, ns_a, addresses[0]), (b, ns_b, addresses[1])):
-        where = ["-n", ns] if ns else []
-        if ns:
-            _ip("link", "set", name, "netns", ns)
-        _ip(*where, "addr", "add", f"{address}/{bits}", "dev", name)
-        _ip(*where, "link", "set", name, "up")
-
-
 @pytest.fixture(scope="module")
-def namespaces() -> Iterator[tuple[str, str]]:
+def namespaces() -> Iterator[Namespaces]:
     """Two namespaces, the ring's veth pair between them, and one to reach rank 0's HTTP."""
     if os.geteuid() != 0:
         pytest.fail("these tests create network namespaces: run them as root")
-    names = (f"{PREFIX}-a", f"{PREFIX}-b")
-    tag = PREFIX.replace("-", "")[:10]
-    try:
-        for name in names:
-            _ip("netns", "add", name)
-            _ip("-n", name, "link", "set", "lo", "up")
-        _veth(f"{tag}ra", names[0], f"{tag}rb", names[1], RING, 24)
-        _veth(f"{tag}h", None, f"{tag}ha", names[0], HTTP, 30)
-        yield names
-    finally:
-        for name in names:
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
-        subprocess.run(["ip", "link", "del", f"{tag}h"], capture_output=True)
+    with ranks_apart(PREFIX) as spaces:
+        yield spaces
 
 
 @pytest.fixture(scope="module")
@@ -85,36 +56,21 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def hostfile(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("mlx-dist-hosts") / "hosts.json"
-    path.write_text(
-        json.dumps({"hosts": [{"ssh": "a", "ips": [RING[0]]}, {"ssh": "b", "ips": [RING[1]]}]})
-    )
-    return path
+    return write_hostfile(tmp_path_factory.mktemp("mlx-dist-hosts") / "hosts.json")
 
 
 @pytest.fixture(scope="module")
 def rank1(
-    namespaces: tuple[str, str], hostfile: Path, tmp_path_factory: pytest.TempPathFactory
+    namespaces: Namespaces, hostfile: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Rank 1's process in the second namespace, for the module (it takes session after session)."""
     log = open(tmp_path_factory.mktemp("rank1") / "rank1.log", "wb")  # noqa: SIM115
-    command = [
-        "ip",
-        "netns",
-        "exec",
-        namespaces[1],
-        MLXCEL,
-        "serve",
-        "--distributed",
-        str(hostfile),
-        "--rank",
-        "1",
-    ]
+    command = namespaces.run(1, [MLXCEL, "serve", "--distributed", str(hostfile), "--rank", "1"])
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
         yield process
     finally:
-        for pid in _children(process.pid):
+        for pid in children(process.pid):
             os.kill(pid, signal.SIGKILL)
         process.kill()
         process.wait()
@@ -130,27 +86,14 @@ def one_rank(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 class RankZero(ServerProcess):
     """`mlxcel serve --distributed` in rank 0's namespace, reached over its veth."""
 
-    def __init__(self, namespace: str, *args: str, log_path: Path) -> None:
-        self.namespace = namespace
+    def __init__(self, namespaces: Namespaces, *args: str, log_path: Path) -> None:
+        self.namespaces = namespaces
         super().__init__(*args, log_path=log_path)
 
     def _spawn(self) -> None:
         self.port = PORT
-        self.command = [
-            "ip",
-            "netns",
-            "exec",
-            self.namespace,
-            MLXCEL,
-            "serve",
-            "--host",
-            HTTP[1],
-            "--port",
-            str(PORT),
-            "--threads",
-            "1",
-            *self.args,
-        ]
+        where = ["--host", HTTP[1], "--port", str(PORT), "--threads", "1"]
+        self.command = self.namespaces.run(0, [MLXCEL, "serve", *where, *self.args])
         self._log = open(self.log_path, "wb")  # type: ignore[arg-type]  # noqa: SIM115
         self.process = subprocess.Popen(
             self.command, stdout=self._log, stderr=subprocess.STDOUT, env=self.env
@@ -164,7 +107,7 @@ class RankZero(ServerProcess):
 @pytest.fixture(scope="module", params=["tensor", "pipeline"])
 def group(
     request: pytest.FixtureRequest,
-    namespaces: tuple[str, str],
+    namespaces: Namespaces,
     rank1: subprocess.Popen[bytes],
     model: Path,
     hostfile: Path,
@@ -173,7 +116,7 @@ def group(
     """Rank 0 serving the model over both ranks, split as the parameter says."""
     log = tmp_path_factory.mktemp(f"rank0-{request.param}") / "server.log"
     server = RankZero(
-        namespaces[0], "-m", str(model), "-np", "2", "--distributed", str(hostfile),
+        namespaces, "-m", str(model), "-np", "2", "--distributed", str(hostfile),
         "--parallel-mode", request.param, "--rank-timeout", str(RANK_TIMEOUT), log_path=log,
     )  # fmt: skip
     try:
@@ -183,20 +126,9 @@ def group(
         server.stop()
 
 
-def _children(pid: int) -> list[int]:
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rpartition(")")[2].split()[1]) == pid:
-                pids.append(int(stat.parent.name))
-        except (OSError, ValueError):
-            pass
-    return pids
-
-
 def _session(rank1: subprocess.Popen[bytes]) -> int:
     """The process holding rank 1's part of the model now."""
-    sessions = [pid for pid in _children(rank1.pid) if alive(pid)]
+    sessions = [pid for pid in children(rank1.pid) if alive(pid)]
     assert len(sessions) == 1, sessions
     return sessions[0]
 
