@@ -133,15 +133,18 @@ def _session(rank1: subprocess.Popen[bytes]) -> int:
     return sessions[0]
 
 
-def _greedy(client: openai.OpenAI, prompt: str, tokens: int = 24) -> list[str]:
+def _greedy(client: openai.OpenAI, prompt: str, cached: list[int] | None = None) -> list[str]:
+    """The greedy answer's tokens; `cached` gets how many prompt tokens the slot held."""
     answer = client.chat.completions.create(
         model="x",
         messages=[{"role": "user", "content": prompt}],
-        max_tokens=tokens,
+        max_tokens=24,
         logprobs=True,
         **GREEDY,
     )
     assert answer.choices[0].logprobs and answer.choices[0].logprobs.content
+    if cached is not None and answer.usage and answer.usage.prompt_tokens_details:
+        cached.append(answer.usage.prompt_tokens_details.cached_tokens or 0)
     return [entry.token for entry in answer.choices[0].logprobs.content]
 
 
@@ -156,7 +159,9 @@ def test_greedy_tokens_are_one_ranks(group: RankZero, expected: dict[str, list[s
     for prompt in PROMPTS:
         assert _greedy(client, prompt) == expected[prompt]
     # The second time the prompt's prefix comes from the slots' cache, on both ranks.
-    assert _greedy(client, PROMPTS[0]) == expected[PROMPTS[0]]
+    cached: list[int] = []
+    assert _greedy(client, PROMPTS[0], cached) == expected[PROMPTS[0]]
+    assert cached[0] > 0
 
 
 def test_the_group_is_listed(group: RankZero) -> None:

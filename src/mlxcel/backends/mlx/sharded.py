@@ -26,7 +26,8 @@ def _supports(model_class: type) -> tuple[bool, bool]:
     """Whether mlx-lm's model class can be split by tensor, and by pipeline."""
     module = sys.modules[model_class.__module__]
     pipelined = any(
-        isinstance(c, type) and issubclass(c, PipelineMixin) for c in vars(module).values()
+        isinstance(c, type) and issubclass(c, PipelineMixin) and c is not PipelineMixin
+        for c in vars(module).values()
     )
     return hasattr(model_class, "shard"), pipelined
 
