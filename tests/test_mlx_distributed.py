@@ -284,3 +284,14 @@ def test_a_split_the_model_cannot_take_is_refused_at_start(models: Path, hostfil
     )
     assert refused.returncode == 2
     assert "llama models cannot be split by pipeline: use tensor" in refused.stderr
+
+
+def test_a_config_files_distributed_section_is_checked(tmp_path: Path, hostfile: Path) -> None:
+    config = tmp_path / "models.yaml"
+    section = f"{{hostfile: {hostfile}, mode: sideways}}"
+    config.write_text(f"models:\n  - model_path: {tmp_path}\n    distributed: {section}\n")
+    refused = subprocess.run(
+        [MLXCEL, "serve", "--config", str(config)], capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode == 2
+    assert "models.yaml:3: models[0].distributed: mode must be one of auto" in refused.stderr
