@@ -128,7 +128,8 @@ def run_shape(shape: str, model: Path, args: argparse.Namespace) -> dict[str, tu
     with server(_serve(model, "--port", str(PORT)), local, logs / "one.log") as url:
         results["one rank"] = measure(url, args)
     for mode in MODES:
-        split = ("--parallel-mode", mode)
+        # A step on a loaded machine may take long: the bench measures speed, not faults.
+        split = ("--parallel-mode", mode, "--rank-timeout", "600")
         if args.hostfile is not None:
             command = _serve(
                 model, "--port", str(PORT), "--distributed", str(args.hostfile), *split
