@@ -29,6 +29,7 @@ from tests.audio_util import (
     written_as,
 )
 from tests.conftest import serving
+from tests.openapi_check import check_operations
 from tests.server_process import ServerProcess
 
 SENTENCE = "Please send the report to the office by Friday morning."
@@ -224,6 +225,18 @@ def test_bad_uploads(audio_server: ServerProcess, speech: bytes, tmp_path: Path)
         assert (status, error["code"]) == (400, "model_not_supported")
         status, error = _error(http, "/v1/audio/translations", files={"file": ("a.wav", speech)})
         assert status == 400 and "English-only" in str(error["message"])
+
+
+def test_the_audio_routes_answer_as_documented(audio_server: ServerProcess) -> None:
+    """schemathesis over the audio operations of /openapi.json on a server with Whisper and a
+    voice: the transcription and translation forms (`file` required), speech and its voices;
+    every answer is in a status, type and schema the document gives, never a 5xx."""
+    assert check_operations(audio_server.root, {}, 4, "/v1/audio") == 4
+    with audio_server.http() as http:
+        schemas = http.get("/openapi.json").json()["components"]["schemas"]
+    assert schemas["TranscriptionForm"]["required"] == ["file"]
+    assert schemas["TranslationForm"]["required"] == ["file"]
+    assert "language" not in schemas["TranslationForm"]["properties"]
 
 
 def test_speech_every_format_decodes(client: openai.OpenAI) -> None:

@@ -328,12 +328,50 @@ def test_responses_stream_progress_and_timings_when_asked(dropin: ServerProcess)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
 
 
-def test_post_sampling_probs_is_refused_by_name(dropin: ServerProcess) -> None:
-    body = {"prompt": "I believe", "n_predict": 2, "n_probs": 3}
+def test_post_sampling_probs_are_those_the_sampler_chain_left(dropin: ServerProcess) -> None:
+    """llama-server's post_sampling_probs: `prob` and `top_probs` after the chain, no 0
+    probabilities listed, and fewer than n_probs only when they already sum to 1; the token
+    drawn is the one the same seed draws without it."""
+    body = {"prompt": "Today was the day. Today I would finally become a", "n_probs": 10}
+    body |= {"temperature": 1.0, "n_predict": 5, "seed": 42}
     with dropin.http() as http:
-        refused = http.post("/completion", json={**body, "post_sampling_probs": True})
-        plain = http.post("/completion", json={**body, "post_sampling_probs": False})
-    assert refused.status_code == 400
-    error = refused.json()["error"]
-    assert error["param"] == "post_sampling_probs" and "sampler chain" in error["message"]
-    assert plain.status_code == 200 and len(plain.json()["completion_probabilities"]) == 2
+        post = http.post("/completion", json={**body, "post_sampling_probs": True}).json()
+        plain = http.post("/completion", json=body).json()
+        top3 = http.post(
+            "/completion", json={**body, "post_sampling_probs": True, "top_k": 3}
+        ).json()
+        greedy = http.post(
+            "/completion", json={**body, "post_sampling_probs": True, "temperature": 0}
+        ).json()
+        chat = http.post(
+            "/v1/chat/completions",
+            json={
+                "messages": [{"role": "user", "content": "Hi"}],
+                "max_tokens": 2,
+                "logprobs": True,
+                "top_logprobs": 4,
+                "top_k": 2,
+                "post_sampling_probs": True,
+            },
+        ).json()
+    assert post["tokens"] == plain["tokens"]
+    for entry in post["completion_probabilities"]:
+        assert set(entry) == {"id", "token", "bytes", "prob", "top_probs"}
+        assert 0.0 < entry["prob"] <= 1.0
+        probs = [t["prob"] for t in entry["top_probs"]]
+        assert all(0.0 < p <= 1.0 for p in probs) and probs == sorted(probs, reverse=True)
+        if len(probs) < 10:
+            assert sum(probs) == pytest.approx(1.0)
+    assert "logprob" in plain["completion_probabilities"][0]
+    for entry in top3["completion_probabilities"]:
+        # top_k 3 leaves three candidates: their probabilities, renormalised, are all there is.
+        assert len(entry["top_probs"]) <= 3
+        assert sum(t["prob"] for t in entry["top_probs"]) == pytest.approx(1.0)
+        assert entry["prob"] in [t["prob"] for t in entry["top_probs"]]
+    for entry in greedy["completion_probabilities"]:
+        assert entry["prob"] == 1.0
+        same = {k: entry[k] for k in ("id", "token", "bytes")}
+        assert entry["top_probs"] == [{**same, "prob": 1.0}]
+    for entry in chat["choices"][0]["logprobs"]["content"]:
+        assert len(entry["top_probs"]) <= 2
+        assert sum(t["prob"] for t in entry["top_probs"]) == pytest.approx(1.0)

@@ -151,6 +151,11 @@ def test_quality_sets_the_steps(images_client: openai.OpenAI) -> None:
         # Past --image-max-pixels (1536x1024) though the pipeline draws up to 2048 a side.
         ({"size": "2048x2048"}, 400, "size"),
         ({"size": "1536x1536"}, 400, "size"),
+        # Past what one request may cost (--image-max-steps 50 at --image-max-pixels): the
+        # work, images x steps x pixels, is bounded, not each factor alone (issue 40: 1024x1024
+        # at one step took 150 s on a real model here, and 2 x 1536x1024 at 50 steps was taken).
+        ({"size": "1536x1024", "steps": 51}, 400, "num_inference_steps"),
+        ({"size": "1024x1024", "n": 2, "steps": 40}, 400, "n"),
         ({"n": 9}, 400, "n"),
         ({"background": "transparent"}, 400, "background"),
         ({"output_format": "gif"}, 400, "output_format"),
@@ -188,3 +193,12 @@ def test_the_image_routes_answer_as_documented(images_server: ServerProcess) -> 
     # Two denoising steps unless a case says how many (then at most two).
     steps = {"num_inference_steps": 2}
     assert check_operations(images_server.root, auth, 4, "/v1/images", steps) == 3
+    with images_server.http(headers=auth) as http:
+        document = http.get("/openapi.json").json()
+    edit = document["paths"]["/v1/images/edits"]["post"]
+    assert list(edit["requestBody"]["content"]) == ["multipart/form-data"]
+    assert {"image", "mask", "prompt"} <= set(
+        document["components"]["schemas"]["ImageEditRequest"]["properties"]
+    )
+    files = document["paths"]["/v1/images/files/{file_id}"]["get"]
+    assert "image/png" in files["responses"]["200"]["content"]

@@ -119,6 +119,41 @@ def test_a_model_past_the_whole_budget_never_stays_nor_evicts(
         proc.stop()
 
 
+def test_a_first_load_measured_past_the_budget_beside_the_others_does_not_stay(
+    tmp_path: Path, model_size: int
+) -> None:
+    """Sized from its file (less than its worker holds), a model's first load fit beside a
+    pinned one; measured, the two were past the budget, and both stayed. Now the new one is
+    unloaded with a 503 naming who holds the memory."""
+    gguf = default_gguf()
+    copy = tmp_path / "copy.gguf"
+    copy.write_bytes(gguf.read_bytes())
+    # Room for one measured worker and the other's file, not for two workers.
+    budget = model_size + (gguf.stat().st_size + model_size) // 2
+    assert model_size + gguf.stat().st_size < budget < 2 * model_size
+    config = tmp_path / "m.yaml"
+    config.write_text(
+        f"server:\n  max_memory: {budget}\nmodels:\n"
+        f"  - model_path: {gguf}\n    name: kept\n    pinned: true\n    ctx_size: 512\n"
+        f"  - model_path: {copy}\n    name: other\n    on_demand: true\n    ctx_size: 512\n"
+    )
+    proc = start(tmp_path, "--config", str(config))
+    try:
+        for _ in range(2):
+            with pytest.raises(openai.InternalServerError) as caught:
+                proc.openai().completions.create(model="other", prompt="Hi", max_tokens=2)
+            assert caught.value.status_code == 503
+            message = str(caught.value.body)
+            assert "not enough memory for the model 'other'" in message
+            assert "'kept'" in message and "(pinned)" in message
+            assert _states(proc) == {"kept": "loaded", "other": "unloaded"}
+            assert len(proc.workers()) == 1
+        # Its measured size refused it the second time before any load.
+        assert proc.log().count("loading model 'other'") == 1
+    finally:
+        proc.stop()
+
+
 def test_pinned_model_is_never_evicted(tmp_path: Path, model_size: int) -> None:
     budget = int(model_size * 1.5)
     config = tmp_path / "m.yaml"

@@ -167,6 +167,30 @@ def test_logprobs_shapes(client: openai.OpenAI) -> None:
     assert all(len(top) == 2 for top in logprobs.top_logprobs or [])
 
 
+def test_post_sampling_probs_on_mlx(mlx_server: ServerProcess) -> None:
+    """llama-server's post_sampling_probs on MLX too: the probabilities the sampler chain left
+    (top_k 3: at most three, summing to 1), 1 for a greedy pick, and the same draw as
+    without it for the same seed."""
+    body = {"prompt": "The cat", "n_probs": 5, "n_predict": 4, "seed": 7, "temperature": 1.0}
+    with mlx_server.http() as http:
+        plain = http.post("/completion", json={**body, "top_k": 3}).json()
+        post = http.post(
+            "/completion", json={**body, "top_k": 3, "post_sampling_probs": True}
+        ).json()
+        greedy = http.post(
+            "/completion", json={**body, "temperature": 0, "post_sampling_probs": True}
+        ).json()
+    assert post["tokens"] == plain["tokens"]
+    for entry in post["completion_probabilities"]:
+        probs = [t["prob"] for t in entry["top_probs"]]
+        assert 0 < len(probs) <= 3 and sum(probs) == pytest.approx(1.0, abs=1e-4)
+        assert entry["prob"] == pytest.approx(
+            next(t["prob"] for t in entry["top_probs"] if t["id"] == entry["id"])
+        )
+    for entry in greedy["completion_probabilities"]:
+        assert entry["prob"] == 1.0 and [t["prob"] for t in entry["top_probs"]] == [1.0]
+
+
 def test_logit_bias_forces_and_bans(client: openai.OpenAI, mlx_server: ServerProcess) -> None:
     cat = token_id(mlx_server, " cat")
     assert text_of(client, max_tokens=4, temperature=0, logit_bias={str(cat): 100}) == " cat" * 4

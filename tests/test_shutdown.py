@@ -276,3 +276,52 @@ def test_sigterm_ends_a_streamed_transcription_with_an_error_event(tmp_path: Pat
     finally:
         server.stop()
     assert "Traceback" not in server.log()
+
+
+@pytest.mark.slow
+def test_sigterm_ends_speech_at_the_timeout(tmp_path: Path) -> None:
+    """Speech drains as every model kind does: a long text being spoken gets until
+    --shutdown-timeout, then its SSE stream ends with an `error` event naming shutting_down,
+    and the audio file sent in chunks (its 200 and first sentences already out) ends without
+    its last chunk, which HTTP clients report as an incomplete body, never as a whole file;
+    the server exits within the timeout plus a few seconds."""
+    server = start(tmp_path, "--speech-model", "default", "--shutdown-timeout", "2")
+    text = "Please send the report to the office by Friday morning. " * 70
+    try:
+        with server.http() as http:
+            cut: list[httpx.RemoteProtocolError] = []
+            events: list[dict[str, Any]] = []
+            started = threading.Event()
+
+            def whole() -> None:
+                body = {"input": text[:4096], "voice": "heart", "response_format": "wav"}
+                try:
+                    http.post("/v1/audio/speech", json=body, timeout=300)
+                except httpx.RemoteProtocolError as exc:
+                    cut.append(exc)
+
+            def streamed() -> None:
+                body = {"input": text[:4096], "voice": "heart", "stream_format": "sse"}
+                with http.stream("POST", "/v1/audio/speech", json=body, timeout=300) as response:
+                    for line in response.iter_lines():
+                        if line.startswith("data: "):
+                            events.append(json.loads(line.removeprefix("data: ")))
+                            started.set()
+
+            threads = [threading.Thread(target=t) for t in (whole, streamed)]
+            for thread in threads:
+                thread.start()
+            assert started.wait(120)
+            sent = time.monotonic()
+            server.process.send_signal(signal.SIGTERM)
+            for thread in threads:
+                thread.join()
+        assert server.process.wait(timeout=120) == 0
+        exited = time.monotonic() - sent
+        assert len(cut) == 1 and "incomplete chunked read" in str(cut[0])
+        assert events[-1]["type"] == "error", events[-1]
+        assert events[-1]["error"]["code"] == "shutting_down"
+        assert exited < 2 + 15, exited
+    finally:
+        server.stop()
+    assert "Traceback" not in server.log()

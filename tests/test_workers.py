@@ -246,6 +246,41 @@ def test_past_its_restarts_a_model_says_when_it_may_restart(tmp_path: Path) -> N
         server.stop()
 
 
+def test_a_stopped_worker_is_found_failed_and_restarted(tmp_path: Path) -> None:
+    """A worker that stops answering (SIGSTOP: its connection stays open) was never noticed:
+    /health stayed 200, the model `loaded`, its requests hung. Its heartbeat goes silent, so
+    after --worker-timeout it is killed: the stream in flight ends with a 503 error event
+    naming why, /health says `degraded`, and the next request starts the model again."""
+    server = start(tmp_path, "--threads", "1", "--worker-timeout", "2")
+    try:
+        (victim,) = server.workers()
+        lines = _stream_lines(server, {"messages": HELLO, "stream": True, **LONG})
+        assert "choices" in json.loads(next(lines))
+        stopped = time.monotonic()
+        os.kill(victim, signal.SIGSTOP)
+        rest = list(lines)
+        took = time.monotonic() - stopped
+        assert rest[-1] == "[DONE]"
+        error = json.loads(rest[-2])["error"]
+        assert error["code"] == "model_unavailable"
+        assert "stopped answering (no heartbeat for" in error["message"]
+        # Silence counts from the last answer, up to one ping interval before the stop.
+        assert 1 <= took < 10, took
+        assert not alive(victim)
+        with server.http() as http:
+            health = http.get("/health")
+            assert health.status_code == 200
+            assert health.json() == {"status": "degraded", "failed_models": 1}
+            (listed,) = _listed(server).values()
+            assert listed["state"] == "failed" and "stopped answering" in listed["reason"]
+            reply = http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2})
+            assert reply.status_code == 200, reply.text
+            assert http.get("/health").json() == {"status": "ok"}
+        assert victim not in server.workers()
+    finally:
+        server.stop()
+
+
 def test_unloading_ends_the_worker(pair: ServerProcess) -> None:
     client = pair.openai()
     vector = _embedded(client)

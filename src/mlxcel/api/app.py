@@ -34,6 +34,7 @@ from mlxcel.config.settings import ServerConfig
 from mlxcel.protocol.errors import APIError
 from mlxcel.serving.encoder_limits import EncoderLimits
 from mlxcel.serving.image_files import ImageFiles
+from mlxcel.serving.images import ImageLimits
 
 
 def _envelope(path: str, error: APIError) -> bytes | None:
@@ -59,7 +60,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     install_error_handlers(app)
     app.include_router(health.public)
     app.state.image_files = ImageFiles(config.image_url_ttl, config.image_url_max_mib << 20)
-    app.state.image_max_pixels = config.image_max_pixels
+    app.state.image_limits = ImageLimits(config.image_max_pixels, config.image_max_steps)
     for openai_routes in (
         models.listing,
         text.router,

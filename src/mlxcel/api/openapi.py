@@ -21,9 +21,16 @@ from pydantic import BaseModel
 
 import mlxcel.protocol
 from mlxcel.api.auth import require_api_key
+from mlxcel.api.openapi_requests import (
+    BINARY,
+    add_forms,
+    bound_prompts,
+    keep_served,
+    served_capabilities,
+)
 from mlxcel.api.routes.embeddings import RERANK_PATHS
 from mlxcel.config.settings import ServerConfig
-from mlxcel.protocol.images import ImageEditRequest
+from mlxcel.models.loaded import Capability
 from mlxcel.protocol.policy import Refused
 
 _ANY: dict[str, Any] = {}
@@ -138,7 +145,7 @@ RERANK = {
         {"type": "array", "items": _object({"index": _INT})},
     ]
 }
-_BINARY = {"schema": {"type": "string", "format": "binary"}}
+_BINARY = {"schema": BINARY}
 _TEXT = {"schema": _STRING}
 # Answers in other media types than JSON, by (method, path), beside those _BODIES gives.
 _OTHER_CONTENT: dict[tuple[str, str], dict[str, Any]] = {
@@ -174,15 +181,6 @@ IMAGES = _object(
     size=_STRING,
     usage=_object({"input_tokens": _INT, "output_tokens": _INT, "total_tokens": _INT}),
 )
-# An edit's multipart body: the options of ImageEditRequest, its images and its mask as files.
-_EDIT_FILES = {
-    "image": {
-        "anyOf": [_BINARY["schema"], {"type": "array", "items": _BINARY["schema"]}],
-        "description": "the image to edit (also accepted as image[])",
-    },
-    "mask": {**_BINARY["schema"], "description": "PNG whose transparent pixels are repainted"},
-}
-
 # (method, path) -> the 200 body, and whether the route also streams server-sent events.
 _BODIES: dict[tuple[str, str], tuple[dict[str, Any], bool]] = {
     ("get", "/health"): (_object({"status": _STRING}), False),
@@ -308,24 +306,16 @@ def _drop_refused(schemas: dict[str, Any]) -> None:
                 schema["required"] = [r for r in schema["required"] if r not in fields]
 
 
-def _edit_form(document: dict[str, Any], schemas: dict[str, Any]) -> None:
-    """The image edit route reads its multipart form itself: document what it takes."""
-    edit = ImageEditRequest.model_json_schema()
-    edit["properties"] = {**_EDIT_FILES, **edit["properties"]}
-    edit["required"] = ["image", *edit.get("required", [])]
-    schemas[ImageEditRequest.__name__] = edit
-    form = {"schema": {"$ref": f"#/components/schemas/{ImageEditRequest.__name__}"}}
-    operation = document["paths"]["/v1/images/edits"]["post"]
-    operation["requestBody"] = {"required": True, "content": {"multipart/form-data": form}}
-
-
-def openapi_document(app: FastAPI, secured: bool) -> dict[str, Any]:
-    """The document, built from the app's routes."""
+def openapi_document(app: FastAPI, secured: bool, capabilities: set[Capability]) -> dict[str, Any]:
+    """The document, built from the app's routes, of the operations models with these
+    capabilities serve."""
     document = get_openapi(title=app.title, version=app.version, routes=app.routes)
     schemas: dict[str, Any] = document.setdefault("components", {}).setdefault("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)
-    _edit_form(document, schemas)
+    keep_served(document, capabilities)
+    add_forms(document, schemas)
+    bound_prompts(schemas)
     _drop_refused(schemas)
     schemas["Error"] = ERROR
     schemas["AnthropicError"] = ANTHROPIC_ERROR
@@ -344,11 +334,12 @@ def openapi_document(app: FastAPI, secured: bool) -> dict[str, Any]:
 def install_openapi(app: FastAPI, config: ServerConfig) -> None:
     """Serve the document at /openapi.json (create the app with openapi_url=None)."""
     secured = bool(config.api_keys)
+    capabilities = served_capabilities(config.models)
     cached: list[dict[str, Any]] = []
     dependencies = [] if config.public_openapi else [Depends(require_api_key)]
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=dependencies)
     async def document() -> JSONResponse:
         if not cached:
-            cached.append(openapi_document(app, secured))
+            cached.append(openapi_document(app, secured, capabilities))
         return JSONResponse(cached[0])

@@ -177,6 +177,7 @@ async def _serve(
         max_memory=config.max_memory,
         log_level=config.log_level,
         log_format=config.log_format,
+        worker_timeout=config.worker_timeout,
     )
     app.state.models = registry
     if config.exit_on_stdin_close:

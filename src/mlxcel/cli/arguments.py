@@ -254,6 +254,15 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         "they end with an error (default: %(default)s)",
     )
     add(
+        "--worker-timeout",
+        type=float,
+        default=defaults.DEFAULT_WORKER_TIMEOUT,
+        metavar="S",
+        help="seconds a loaded model's worker process may go without answering its heartbeat "
+        "(stopped or wedged) before it is killed, its requests fail with 503 and the model "
+        "restarts on its next request; 0: never (default: %(default)s)",
+    )
+    add(
         "--exit-on-stdin-close",
         action="store_true",
         help="shut down when standard input reaches end of file (the Python client's managed "

@@ -40,7 +40,12 @@ _SERVER_FLAGS = (
     "image_url_ttl",
     "image_url_max_mib",
     "image_max_pixels",
+    "image_max_steps",
 )
+
+
+# The checked numeric flags for which 0 means something (no limit, no timeout, off).
+_MAY_BE_ZERO = ("ctx_size", "queue_size", "queue_timeout", "shutdown_timeout", "worker_timeout")
 
 
 def _api_keys(args: argparse.Namespace) -> tuple[str, ...]:
@@ -61,10 +66,9 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         "queue_size",
         "queue_timeout",
         "shutdown_timeout",
+        "worker_timeout",
     ):
-        minimum = (
-            0 if name in ("ctx_size", "queue_size", "queue_timeout", "shutdown_timeout") else 1
-        )
+        minimum = 0 if name in _MAY_BE_ZERO else 1
         if getattr(args, name) < minimum:
             parser.error(f"--{name.replace('_', '-')} must be at least {minimum}")
     if args.threads_batch is not None and args.threads_batch < 1:
@@ -197,6 +201,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         webui=not args.no_webui,
         strict_model_names=args.strict_model_names,
         shutdown_timeout=args.shutdown_timeout,
+        worker_timeout=args.worker_timeout,
         exit_on_stdin_close=args.exit_on_stdin_close,
         remove_socket_dir=args.remove_socket_dir,
         cors_origins=parse_origins(args.cors_origins) if args.cors_origins else (),

@@ -14,6 +14,7 @@ from mlxcel.config.engines import AUDIO_KINDS, side_model, unknown_audio_source
 from mlxcel.config.file import FileConfig, ModelSection, unservable
 from mlxcel.config.settings import (
     DEFAULT_IMAGE_MAX_PIXELS,
+    DEFAULT_IMAGE_MAX_STEPS,
     DEFAULT_IMAGE_URL_MAX_MIB,
     DEFAULT_IMAGE_URL_TTL,
     Kind,
@@ -43,6 +44,15 @@ def add_image_url_flags(add: Callable[..., object]) -> None:
         metavar="N",
         help="pixels one generated or edited image may have, width times height; larger "
         "sizes get 400 before any work (default: %(default)s, 1536x1024)",
+    )
+    add(
+        "--image-max-steps",
+        type=int,
+        default=DEFAULT_IMAGE_MAX_STEPS,
+        metavar="S",
+        help="with --image-max-pixels, what one image request may cost: images x steps x "
+        "pixels at most --image-max-pixels x S; more gets 400 before any work "
+        "(default: %(default)s)",
     )
     add(
         "--image-url-ttl",

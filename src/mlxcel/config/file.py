@@ -206,6 +206,7 @@ SERVER_KEYS: dict[str, tuple[str, to.Convert]] = {
     "image_url_ttl": ("image_url_ttl", to.number),
     "image_url_max_mib": ("image_url_max_mib", to.at_least(1)),
     "image_max_pixels": ("image_max_pixels", to.at_least(1)),
+    "image_max_steps": ("image_max_steps", to.at_least(1)),
 }
 SERVER_KEYS_IGNORED = frozenset(
     {"log_file", "no_log_file", "max_loaded_models", "model_load_timeout", "enable_status_page"}

@@ -32,6 +32,8 @@ DEFAULT_UBATCH_SIZE = 512
 DEFAULT_QUEUE_SIZE = 64
 DEFAULT_QUEUE_TIMEOUT = 600.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+# Seconds a loaded worker may go without answering its heartbeat before it is killed.
+DEFAULT_WORKER_TIMEOUT = 30.0
 DEFAULT_CACHE_RAM_MIB = 2048
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 # Connection hygiene (api/connections.py): seconds, and open client connections.
@@ -47,6 +49,8 @@ DEFAULT_IMAGE_URL_MAX_MIB = 256
 # The most pixels one generated or edited image may have: OpenAI's largest size, 1536x1024
 # (a 1024x1024 image took 150 s a step on a CPU here; 2048x2048 is four times that).
 DEFAULT_IMAGE_MAX_PIXELS = 1536 * 1024
+# Denoising steps of one image of the most pixels: with it, what one image request may cost.
+DEFAULT_IMAGE_MAX_STEPS = 50
 DEFAULT_LOG_LEVEL = "info"
 DEFAULT_BACKEND = "auto"
 BACKENDS = ("auto", "llamacpp", "mlx", "transformers")
@@ -368,11 +372,14 @@ class ServerConfig:
     """Where request images may come from, and their limits."""
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT
     """Seconds requests in flight may take to finish after SIGTERM or SIGINT."""
+    worker_timeout: float = DEFAULT_WORKER_TIMEOUT
+    """Seconds a loaded model's worker may go without answering its heartbeat before it is
+    killed and the model fails (0: never)."""
     exit_on_stdin_close: bool = False
-    remove_socket_dir: bool = False
-    """At exit, remove the socket file's directory if it is empty (the managed client's)."""
     """Shut down when standard input reaches end of file (how a managed server follows its
     parent)."""
+    remove_socket_dir: bool = False
+    """At exit, remove the socket file's directory if it is empty (the managed client's)."""
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
     body_timeout: float = DEFAULT_BODY_TIMEOUT
     body_deadline: float = DEFAULT_BODY_DEADLINE
@@ -386,9 +393,12 @@ class ServerConfig:
     image_url_ttl: float = DEFAULT_IMAGE_URL_TTL
     """Seconds an image answered by `url` stays at its link."""
     image_url_max_mib: int = DEFAULT_IMAGE_URL_MAX_MIB
+    """MiB the linked images may take together; the oldest go first past it."""
     image_max_pixels: int = DEFAULT_IMAGE_MAX_PIXELS
     """Pixels one generated or edited image may have (400 naming `size` past it)."""
-    """MiB the linked images may take together; the oldest go first past it."""
+    image_max_steps: int = DEFAULT_IMAGE_MAX_STEPS
+    """With image_max_pixels, the work one image request may ask for: images x steps x
+    pixels at most image_max_pixels x image_max_steps."""
 
     @property
     def hosts(self) -> tuple[str, ...]:

@@ -68,6 +68,10 @@ class SamplingParams:
     include_stop_str: bool = False
     logprobs: int | None = None
     """None: no log-probabilities; k >= 0: the sampled token's and the k most likely."""
+    post_sampling_probs: bool = False
+    """The log-probabilities are those the sampler chain left (llama-server's
+    `post_sampling_probs`): over the candidates it kept, at its temperature; a greedy pick
+    has probability 1. Candidates it dropped are not listed."""
     json_schema: str | None = None
     """Output must be JSON valid against this schema (JSON text)."""
     grammar: str | None = None

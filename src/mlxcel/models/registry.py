@@ -62,6 +62,7 @@ class ModelRegistry:
         max_memory: int | None = None,
         log_level: str = "info",
         log_format: str = "text",
+        worker_timeout: float = 0.0,
     ) -> None:
         self._entries = [ModelEntry(config) for config in configs]
         self._metrics = metrics
@@ -70,6 +71,7 @@ class ModelRegistry:
         self._stand_ins: set[str] = set()
         self._max_memory = max_memory
         self._logging = (log_level, log_format)
+        self._worker_timeout = worker_timeout
         # One load at a time: each is measured alone, and each decides about room alone.
         self._load_lock = asyncio.Lock()
 
@@ -186,13 +188,8 @@ class ModelRegistry:
                 started = time.monotonic()
                 logger.info("loading model '%s'", entry.name)
                 model, size = await self._open(entry)
-                budget = self._max_memory
-                if budget is not None and size is not None and size > budget:
-                    # Its first load was sized from its file, which is less than a worker
-                    # holds: measured, it alone is past the budget, so it does not stay.
-                    entry.size = size
-                    await asyncio.to_thread(model.close)
-                    raise NoRoom(self._never_fits(entry, size))
+                if self._max_memory is not None and size is not None:
+                    await self._fit_measured(entry, model, size)
         except NoRoom as exc:
             entry.state = "unloaded"
             logger.warning("%s", exc)
@@ -230,7 +227,9 @@ class ModelRegistry:
             loop.call_soon_threadsafe(self._died, entry, worker, reason)
 
         setup = Setup(config, *self._logging)
-        worker, facts = Worker.start(config, setup, self._metrics.bind(entry.name), on_exit)
+        worker, facts = Worker.start(
+            config, setup, self._metrics.bind(entry.name), on_exit, self._worker_timeout
+        )
         return served(config, worker, facts)
 
     def _died(self, entry: ModelEntry, worker: Worker, reason: str) -> None:
@@ -248,13 +247,25 @@ class ModelRegistry:
         # queue) goes with it.
         asyncio.get_running_loop().run_in_executor(None, model.close)
 
-    async def _make_room(self, entry: ModelEntry) -> None:
-        """Unload idle unpinned models, least recently used first, until `entry` fits the
-        memory budget; NoRoom if it cannot."""
+    async def _fit_measured(self, entry: ModelEntry, model: Loaded, size: int) -> None:
+        """A first load is sized from the model's file, which is less than a worker holds:
+        measured, the model must fit beside the others, evicting idle ones as for any load,
+        or it does not stay (NoRoom)."""
+        entry.size = size
+        try:
+            await self._make_room(entry, size)
+        except NoRoom:
+            await asyncio.to_thread(model.close)
+            raise
+
+    async def _make_room(self, entry: ModelEntry, need: int | None = None) -> None:
+        """Unload idle unpinned models, least recently used first, until `entry` (`need`
+        bytes, by default what it is expected to take) fits the memory budget; NoRoom if it
+        cannot."""
         budget = self._max_memory
         if budget is None:
             return
-        need = self._expected_size(entry)
+        need = self._expected_size(entry) if need is None else need
         if need > budget:
             # No eviction can make room: leave the other models loaded.
             raise NoRoom(self._never_fits(entry, need))

@@ -29,11 +29,13 @@ from mlxcel.engine.metrics import RECORDED, RecordsMetrics
 from mlxcel.engine.types import EngineError
 from mlxcel.logs import current_request
 from mlxcel.memory import resident_bytes
+from mlxcel.models.heartbeat import Heartbeat
 from mlxcel.wire.messages import (
     Broken,
     Call,
     Cancel,
     LoadFailed,
+    Pong,
     Raised,
     Ready,
     Recorded,
@@ -93,6 +95,7 @@ class Worker:
         conn: Connection,
         metrics: RecordsMetrics,
         on_exit: Callable[[Worker, str], None],
+        heartbeat_timeout: float,
     ) -> None:
         self.name = config.served_name
         self._process = process
@@ -110,6 +113,13 @@ class Worker:
         # Set at shutdown (`abort`): what every call and stream fails with from then on.
         self._aborted: str | None = None
         self._stopping = False
+        # Why the heartbeat killed the worker, when it did: the reason its requests fail with.
+        self._unresponsive: str | None = None
+        self._heartbeat = (
+            Heartbeat(self.name, heartbeat_timeout, self._send, self._kill_unresponsive)
+            if heartbeat_timeout > 0
+            else None
+        )
         self._reader = threading.Thread(target=self._read, name=f"worker-{self.name}", daemon=True)
 
     @classmethod
@@ -119,9 +129,12 @@ class Worker:
         setup: Setup,
         metrics: RecordsMetrics,
         on_exit: Callable[[Worker, str], None],
+        heartbeat_timeout: float = 0.0,
     ) -> tuple[Worker, Any]:
         """Start a worker, wait until its model has loaded, and return it with the model's
-        facts; raises LoadError (or WorkerGone if the process died loading)."""
+        facts; raises LoadError (or WorkerGone if the process died loading). With a
+        `heartbeat_timeout` (seconds), a loaded worker that stops answering that long is
+        killed (`models/heartbeat.py`)."""
         ours, theirs = socket.socketpair()
         for end in (ours, theirs):
             end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
@@ -132,7 +145,7 @@ class Worker:
                 pass_fds=(theirs.fileno(),),
             )
             conn = Connection(ours.detach())
-        worker = cls(config, process, conn, metrics, on_exit)
+        worker = cls(config, process, conn, metrics, on_exit, heartbeat_timeout)
         worker._reader.start()
         worker._send(setup)
         try:
@@ -140,6 +153,8 @@ class Worker:
         except BaseException:
             worker.stop()
             raise
+        if worker._heartbeat is not None:
+            worker._heartbeat.start()
         return worker, facts
 
     @property
@@ -207,6 +222,8 @@ class Worker:
     def stop(self) -> None:
         """End the worker: ask, then kill it if it lingers; its memory goes back to the system."""
         self._stopping = True
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         self._send(Stop())
         try:
             self._process.wait(timeout=STOP_TIMEOUT_S)
@@ -254,6 +271,9 @@ class Worker:
                 future.set_result(message.value)
         elif isinstance(message, Raised):
             self._raised(message)
+        elif isinstance(message, Pong):
+            if self._heartbeat is not None:
+                self._heartbeat.answered()
         elif isinstance(message, Ready):
             self._ready.set_result(message.facts)
         elif isinstance(message, LoadFailed):
@@ -270,15 +290,26 @@ class Worker:
         if receiver is not None:
             receiver.fail(message.error)
 
+    def _kill_unresponsive(self, reason: str) -> None:
+        """The heartbeat found the worker silent: kill it (SIGKILL ends a stopped process
+        too); the reader then sees the connection end and fails what is open with `reason`."""
+        self._unresponsive = reason
+        self._process.kill()
+
     def _ended(self) -> None:
         """The connection ended: the process is gone (or going); fail what is open."""
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         try:
             returncode = self._process.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             self._process.kill()
             returncode = self._process.wait()
-        reason = f"the worker process of the model '{self.name}' {how_it_ended(returncode)}"
-        reason = self._broken or reason
+        reason = (
+            self._broken
+            or self._unresponsive
+            or f"the worker process of the model '{self.name}' {how_it_ended(returncode)}"
+        )
         with self._lock:
             self._gone = reason
             calls, self._calls = self._calls, {}

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal, cast
 
 from pydantic import BeforeValidator, Field
 
-from mlxcel.protocol.policy import NoEffect, Refused, Strict
+from mlxcel.protocol.policy import NoEffect, Strict
 
 # How hard a reasoning model should think, as the OpenAI API names it.
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
@@ -117,14 +117,9 @@ class SamplingFields(Strict):
     grammar: str | None = None
     n_predict: int | None = Field(default=None, ge=-1)
     n_probs: int = Field(default=0, ge=0, le=100)
-    post_sampling_probs: Annotated[
-        bool | None,
-        Refused(
-            "the engines report the model's own probabilities (n_probs), not those left after "
-            "the sampler chain",
-            accepts=lambda value: not value,
-        ),
-    ] = None
+    post_sampling_probs: bool | None = None
+    """Report `prob` and `top_probs` after the sampler chain instead of the model's own
+    `logprob` and `top_logprobs` (llama-server's field)."""
     cache_prompt: bool = True
     id_slot: int = Field(default=-1, ge=-1)
     # Names (["top_k", "temperature"]) or llama-server's one-letter string ("kt").

@@ -178,10 +178,11 @@ async def chat_completion(job: ChatJob) -> dict[str, Any]:
     outcomes = await collect_all(generations)
     first = generations[0]
     wants_logprobs = first.params.logprobs is not None
+    post = first.params.post_sampling_probs
     choices: list[dict[str, Any]] = []
     for g, o in zip(generations, outcomes, strict=True):
         message, finish = _message(o.text, o.finish_reason, job)
-        logprobs = chat_logprobs(o.logprobs) if wants_logprobs else None
+        logprobs = chat_logprobs(o.logprobs, post) if wants_logprobs else None
         choices.append(
             {"index": g.index, "message": message, "logprobs": logprobs, "finish_reason": finish}
         )
@@ -242,7 +243,8 @@ async def chat_chunks(job: ChatJob, include_usage: bool) -> AsyncIterator[dict[s
         if position not in role_sent:
             role_sent.add(position)
             yield _chunk(generation, {"role": "assistant", "content": ""}, None)
-        logprobs = chat_logprobs(event.logprobs) if event.logprobs else None
+        post = generation.params.post_sampling_probs
+        logprobs = chat_logprobs(event.logprobs, post) if event.logprobs else None
         answer = answers[position]
         deltas = answer.feed(event.text) if event.text else []
         if event.finish_reason is not None:

@@ -120,25 +120,49 @@ def _check_options(body: ImageRequest, info: ImageModelInfo) -> None:
         raise invalid_request("this model takes no 'guidance_scale'", "guidance_scale")
 
 
+@dataclass(frozen=True)
+class ImageLimits:
+    """What one request may cost: pixels per image (--image-max-pixels), and the work of the
+    whole batch, images x steps x pixels, at most that of one image of the most pixels at
+    `max_steps` steps (--image-max-steps)."""
+
+    max_pixels: int
+    max_steps: int
+
+    def check(self, job: ImageJob) -> None:
+        """400 for a batch past the bound, before any work."""
+        work = job.n * job.steps * job.width * job.height
+        if work > self.max_pixels * self.max_steps:
+            raise invalid_request(
+                f"{job.n} image(s) of {job.width}x{job.height} at {job.steps} steps is "
+                f"{work} pixel-steps, more than the {self.max_pixels * self.max_steps} this "
+                f"server draws for one request ({self.max_pixels} pixels at {self.max_steps} "
+                "steps: --image-max-pixels, --image-max-steps); ask for fewer images, steps "
+                "or pixels",
+                "n" if job.n > 1 else "num_inference_steps",
+            )
+
+
 def prepare(
     body: ImageRequest,
     info: ImageModelInfo,
-    max_pixels: int,
+    limits: ImageLimits,
     task: Task,
     image: Pixels | None = None,
     mask: Pixels | None = None,
 ) -> tuple[ImageJob, ImageAnswer]:
     """The batch a request asks for, and how its answer goes back; 400 for what the model
-    cannot do, or for an image of more than `max_pixels` (--image-max-pixels), before any
-    work. An edit's image and mask come already at the size asked for."""
+    cannot do, or past `limits`, before any work. An edit's image and mask come already at
+    the size asked for."""
     _check_options(body, info)
     if image is not None:
         height, width = image.shape[:2]
     else:
         width, height = parse_size(body.size, info, info.default_size)
-    if width * height > max_pixels:
+    if width * height > limits.max_pixels:
         raise invalid_request(
-            f"'size' {width}x{height} is {width * height} pixels, more than the {max_pixels} "
+            f"'size' {width}x{height} is {width * height} pixels, more than the "
+            f"{limits.max_pixels} "
             "this server draws in one image (--image-max-pixels)",
             "size",
         )
@@ -158,6 +182,7 @@ def prepare(
         mask=mask,
         strength=strength,
     )
+    limits.check(job)
     quality = body.quality or "auto"
     answer = ImageAnswer(
         task=task,

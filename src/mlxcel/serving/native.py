@@ -25,6 +25,7 @@ from mlxcel.protocol.native import (
 )
 from mlxcel.serving.chat import chat_prompt, chat_text
 from mlxcel.serving.chat_template import CHATML
+from mlxcel.serving.logprobs import post_sampling
 from mlxcel.serving.sampling import sampling_params
 from mlxcel.serving.text import (
     Generation,
@@ -231,8 +232,11 @@ def _stop_type(outcome: Outcome) -> str:
     return "limit" if outcome.finish_reason == "length" else "eos"
 
 
-def _probabilities(tokens: Sequence[TokenLogprob]) -> list[Any]:
-    """llama-server's completion_probabilities: each token's log-probability and its rivals'."""
+def _probabilities(tokens: Sequence[TokenLogprob], params: SamplingParams) -> list[Any]:
+    """llama-server's completion_probabilities: each token's log-probability and its rivals',
+    or with post_sampling_probs their probabilities after the sampler chain."""
+    if params.post_sampling_probs:
+        return post_sampling(tokens)
 
     def entry(token: int, piece: bytes, logprob: float) -> dict[str, Any]:
         text = piece.decode("utf-8", errors="replace")
@@ -314,7 +318,7 @@ def _final(job: NativeJob, generation: Generation, outcome: Outcome) -> dict[str
         "timings": timings_of(outcome),
     }
     if generation.params.logprobs is not None and not request.stream:
-        answer["completion_probabilities"] = _probabilities(outcome.logprobs)
+        answer["completion_probabilities"] = _probabilities(outcome.logprobs, generation.params)
     return _fields(answer, request.response_fields) if request.response_fields else answer
 
 
@@ -334,7 +338,7 @@ def _chunk(job: NativeJob, generation: Generation, event: TokenEvent) -> dict[st
     if job.request.timings_per_token:
         chunk["timings"] = timings_of(event)
     if event.logprobs:
-        chunk["completion_probabilities"] = _probabilities(event.logprobs)
+        chunk["completion_probabilities"] = _probabilities(event.logprobs, generation.params)
     return chunk
 
 

@@ -149,6 +149,7 @@ def sampling_params(
         stop_token_ids=tuple(request.stop_token_ids or ()),
         include_stop_str=request.include_stop_str_in_output,
         logprobs=request.top_logprobs_wanted(),
+        post_sampling_probs=bool(request.post_sampling_probs),
         json_schema=schema,
         grammar=request.grammar,
         mirostat=request.mirostat,

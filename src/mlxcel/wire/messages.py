@@ -65,6 +65,21 @@ class Stop:
 
 
 @dataclass(frozen=True)
+class Ping:
+    """Are you there? The worker answers `Pong` with the same number from the thread that
+    reads its connection, through its outbox: a stopped or wedged process does not."""
+
+    seq: int
+
+
+@dataclass(frozen=True)
+class Pong:
+    """The answer to `Ping`."""
+
+    seq: int
+
+
+@dataclass(frozen=True)
 class Ready:
     """The model loaded; `facts` is what the HTTP process keeps of it (its kind says what)."""
 

@@ -25,6 +25,8 @@ from mlxcel.wire.messages import (
     Call,
     Cancel,
     LoadFailed,
+    Ping,
+    Pong,
     Raised,
     Ready,
     Reply,
@@ -104,6 +106,8 @@ class Dispatcher:
                     sink.cancel()
             elif isinstance(message, Call):
                 self._calls.submit(self._call, message)
+            elif isinstance(message, Ping):
+                self._outbox.put(Pong(message.seq))
 
     def _call(self, call: Call) -> None:
         with request_scope(call.request_id or ""):

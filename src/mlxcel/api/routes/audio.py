@@ -4,6 +4,7 @@ GET /v1/audio/voices."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
@@ -11,6 +12,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.datastructures import FormData, UploadFile
 from starlette.formparsers import MultiPartException
+from starlette.types import Send
 
 from mlxcel.api.auth import require_api_key
 from mlxcel.api.body_check import CheckedJsonRoute
@@ -19,9 +21,11 @@ from mlxcel.api.sse import typed_event_stream
 from mlxcel.api.state import served_for
 from mlxcel.backends.audio.encode import MEDIA_TYPES
 from mlxcel.backends.audio.transcript import Task
+from mlxcel.engine.types import EngineError
 from mlxcel.logs import current_request
 from mlxcel.models.audio import SpeechModel, TranscriptionModel
 from mlxcel.models.loaded import Capability
+from mlxcel.models.remote import WorkerGone
 from mlxcel.protocol.audio import MAX_UPLOAD_BYTES, SpeechRequest, parse_form
 from mlxcel.protocol.errors import APIError, invalid_request
 from mlxcel.serving.audio_speech import audio_chunks, prepare_speech, speech_events, voice_listing
@@ -32,6 +36,8 @@ from mlxcel.serving.audio_transcription import (
     transcribe,
     transcript_events,
 )
+
+logger = logging.getLogger(__name__)
 
 router = APIRouter(route_class=CheckedJsonRoute, dependencies=[Depends(require_api_key)])
 
@@ -120,7 +126,26 @@ async def speech(body: SpeechRequest, request: Request) -> Response:
     begun = await _begun(request, audio_chunks(model, job, body))
     if isinstance(begun, bytes):
         return Response(begun, media_type=media_type)
-    return StreamingResponse(begun, media_type=media_type)
+    return AudioStream(begun, media_type=media_type)
+
+
+class AudioStream(StreamingResponse):
+    """Audio in chunks, a sentence at a time. When the synthesis fails once the first chunk is
+    out (the server shutting down past its timeout, the worker gone), the status cannot change
+    and there is no envelope to put in a file: the body ends without its last chunk, which
+    HTTP clients report as an incomplete body, and the log says why in one line."""
+
+    async def stream_response(self, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        try:
+            async for chunk in self.body_iterator:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except (EngineError, WorkerGone) as exc:
+            logger.warning("speech cut after its first audio: %s", exc)
+            return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _begun(request: Request, chunks: AsyncIterator[bytes]) -> bytes | AsyncIterator[bytes]:

@@ -62,7 +62,7 @@ async def _answer(
 async def generations(body: ImageRequest, request: Request) -> dict[str, Any] | StreamingResponse:
     """OpenAI image generation: `n` images of a prompt, whole or streamed with previews."""
     model = await image_model_for(request, body.model, "image_generation")
-    job, answer = prepare(body, model.info, request.app.state.image_max_pixels, "image_generation")
+    job, answer = prepare(body, model.info, request.app.state.image_limits, "image_generation")
     return await _answer(request, model, body.stream, job, answer)
 
 
@@ -104,8 +104,8 @@ async def edits(request: Request) -> dict[str, Any] | StreamingResponse:
     body, images, mask = await _edit_form(request)
     model = await image_model_for(request, body.model, "image_edit")
     image, repaint = await asyncio.to_thread(edit_inputs, images, mask, body.size, model.info)
-    max_pixels = request.app.state.image_max_pixels
-    job, answer = prepare(body, model.info, max_pixels, "image_edit", image, repaint)
+    limits = request.app.state.image_limits
+    job, answer = prepare(body, model.info, limits, "image_edit", image, repaint)
     return await _answer(request, model, body.stream, job, answer)
 
 

@@ -25,7 +25,11 @@ from mlxcel.backends.llamacpp.model import (
     read_fim_tokens,
     read_generation_config,
 )
-from mlxcel.backends.llamacpp.sampling import build_chain, sample_with_logprobs
+from mlxcel.backends.llamacpp.sampling import (
+    build_chain,
+    sample_after_chain,
+    sample_with_logprobs,
+)
 from mlxcel.backends.llamacpp.vision import Projector
 from mlxcel.engine.capabilities import FimTokens, KvCacheInfo
 from mlxcel.engine.positions import Jumps, MropePositions
@@ -345,13 +349,27 @@ class LlamaCppGenerator:
                 _get_logits_ith(self._ctx, index), shape=(self._n_vocab,)
             )
             logits[~state.guided.allowed()] = -np.inf
-        token = int(_sampler_sample(state.chain, self._ctx, index))
+        if state.params.post_sampling_probs and state.params.logprobs is not None:
+            sample = sample_after_chain(
+                state.chain,
+                self._ctx,
+                index,
+                self._n_vocab,
+                state.params.logprobs,
+                greedy=state.params.temperature <= 0,
+            )
+            token = sample.token
+        else:
+            sample = None
+            token = int(_sampler_sample(state.chain, self._ctx, index))
         if state.guided is not None:
             state.guided.advance(token)
         state.sampled.append(token)
         if state.banned and not state.params.ignore_eos:
             self._lift_ban_after_min_tokens(state)
         top_n = state.params.logprobs
+        if sample is not None:
+            return sample
         if top_n is None:
             return Sample(token)
         return sample_with_logprobs(self._ctx, index, self._n_vocab, token, top_n)

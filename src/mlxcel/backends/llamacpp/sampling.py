@@ -86,13 +86,19 @@ def p_less_keep(logits: np.ndarray, *, norm: bool) -> np.ndarray:
     return weights >= min(collision * total, 1.0)
 
 
-def _apply_p_less(cur_p: Any, *, norm: bool) -> None:
-    """Move the candidates p-less keeps to the front of the array, in order, and cut it there."""
-    array = cur_p.contents
+def _candidates(array: Any) -> np.ndarray:
+    """A llama_token_data_array's candidates as a numpy view (a sampler may have moved its
+    data pointer, so it is read from the array)."""
     buffer = (ctypes.c_char * (array.size * _TOKEN_DATA.itemsize)).from_address(
         ctypes.cast(array.data, ctypes.c_void_p).value
     )
-    data = np.frombuffer(buffer, dtype=_TOKEN_DATA)
+    return np.frombuffer(buffer, dtype=_TOKEN_DATA)
+
+
+def _apply_p_less(cur_p: Any, *, norm: bool) -> None:
+    """Move the candidates p-less keeps to the front of the array, in order, and cut it there."""
+    array = cur_p.contents
+    data = _candidates(array)
     kept = np.flatnonzero(p_less_keep(data["logit"], norm=norm))
     data[: kept.size] = data[kept]
     array.size = kept.size
@@ -193,6 +199,36 @@ def build_chain(
         add(p_less_sampler(norm=params.p_less_norm))
     add(_pick(n_vocab, params))
     return chain
+
+
+def sample_after_chain(
+    chain: Any, ctx: Any, index: int, n_vocab: int, top_n: int, greedy: bool
+) -> Sample:
+    """Sample from output `index` through `chain` as llama_sampler_sample does (apply, then
+    accept), keeping what the chain left: the token's probability among those candidates and
+    its top_n rivals with a probability above 0, as log-probabilities (llama-server's
+    post_sampling_probs). A greedy pick computes no distribution: it has probability 1."""
+    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, index), shape=(n_vocab,))
+    data = np.zeros(n_vocab, dtype=_TOKEN_DATA)
+    data["id"] = np.arange(n_vocab, dtype=np.int32)
+    data["logit"] = logits
+    candidates = llama_cpp.llama_token_data_array(
+        data=data.ctypes.data_as(llama_cpp.llama_token_data_p),
+        size=n_vocab,
+        selected=-1,
+        sorted=False,
+    )
+    llama_cpp.llama_sampler_apply(chain, ctypes.byref(candidates))
+    kept = _candidates(candidates)
+    token = int(kept["id"][candidates.selected])
+    llama_cpp.llama_sampler_accept(chain, token)
+    if greedy:
+        return Sample(token, 0.0, ((token, 0.0),) if top_n > 0 else ())
+    p = kept["p"].astype(np.float64)
+    chosen = float(p[candidates.selected])
+    order = np.argsort(-p, kind="stable")[:top_n]
+    top = tuple((int(kept["id"][i]), math.log(p[i])) for i in order if p[i] > 0)
+    return Sample(token, math.log(chosen) if chosen > 0 else -math.inf, top)
 
 
 def sample_with_logprobs(ctx: Any, index: int, n_vocab: int, token: int, top_n: int) -> Sample:

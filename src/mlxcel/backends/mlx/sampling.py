@@ -197,13 +197,17 @@ class SlotSampler:
             logits = logits * (1 / params.temperature)
         return logits
 
-    def _choose(self, logits: mx.array) -> mx.array:
+    def _choose(self, logits: mx.array) -> tuple[mx.array, mx.array]:
+        """The token, and the logits the chain left to draw it from (lazy: evaluated only for
+        post-sampling probabilities); a greedy pick's leave only the token."""
         params = self._params
         if params.temperature <= 0:
             for stage in params.samplers if not params.mirostat else ():
                 if stage in _GREEDY_STAGES:
                     logits = self._stage(stage, logits, self._key)
-            return mx.argmax(logits, axis=-1)
+            token = mx.argmax(logits, axis=-1)
+            only = mx.arange(logits.shape[-1]) == token[:, None]
+            return token, mx.where(only, 0.0, -mx.inf)
         self._key, xtc_key, draw_key = mx.random.split(self._key, 3)
         stages = ("temperature",) if self._mirostat is not None else params.samplers
         for stage in stages:
@@ -211,18 +215,23 @@ class SlotSampler:
         if params.p_less or params.p_less_norm:
             logits = p_less(logits, norm=params.p_less_norm)
         if self._mirostat is not None:
-            return self._mirostat.choose(logits, draw_key)
-        return mx.random.categorical(logits, key=draw_key)
+            return self._mirostat.choose(logits, draw_key), logits
+        return mx.random.categorical(logits, key=draw_key), logits
 
     def choose(self, logits: mx.array) -> tuple[mx.array, mx.array | None]:
         """Lazily, the next token after raw logits ([vocab]) and, if asked for, their logprobs."""
         raw = logits.astype(mx.float32)[None]
+        wanted = self._params.logprobs is not None
         # The model's own log-probabilities, before any sampler reshapes them.
-        logprobs = _log_softmax(raw)[0] if self._params.logprobs is not None else None
+        logprobs = _log_softmax(raw)[0] if wanted else None
         if self._constraint is not None and self._constraint.finished and self._end is not None:
             # The grammar is complete: end here, whatever min_tokens or ignore_eos would ban.
             return mx.array(self._end), logprobs
-        return self._choose(self._process(self._constrain(raw))), logprobs
+        token, left = self._choose(self._process(self._constrain(raw)))
+        if wanted and self._params.post_sampling_probs:
+            # Those the chain left: dropped candidates have -inf, so probability 0.
+            logprobs = _log_softmax(left)[0]
+        return token, logprobs
 
     def accept(self, token: int, logprobs: mx.array | None) -> Sample:
         """Take `token` as chosen; `logprobs` are what `choose` gave with it, evaluated."""
@@ -235,6 +244,9 @@ class SlotSampler:
         if top_n is None or logprobs is None:
             return Sample(token)
         top = _top_logprobs(logprobs, min(top_n, self._n_vocab)) if top_n > 0 else ()
+        if self._params.post_sampling_probs:
+            # What the chain dropped is not listed (llama-server lists no 0 probabilities).
+            top = tuple((t, lp) for t, lp in top if lp > -math.inf)
         return Sample(token, cast(float, logprobs[token].item()), top)
 
 
