@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from mlxcel.cli.audio import audio_arguments
+from mlxcel.cli.distributed import distributed_arguments
 from mlxcel.cli.encoders import encoder_arguments
 from mlxcel.cli.llama_server import llama_server_arguments
 from mlxcel.cli.lora import lora_arguments
@@ -328,6 +329,7 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     audio_arguments(parser)
     media_arguments(parser)
     security_arguments(parser)
+    distributed_arguments(parser)
 
 
 def _memory_size(text: str) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 import mlxcel
 from mlxcel.cli.arguments import serve_arguments
 from mlxcel.cli.audio import audio_config
+from mlxcel.cli.distributed import distributed_config, serve_other_rank, with_split
 from mlxcel.cli.encoders import encoder_config
 from mlxcel.cli.launch import launch_arguments, launch_argv
 from mlxcel.cli.llama_server import check_llama_server_arguments
@@ -158,6 +159,7 @@ def _flag_models(parser: argparse.ArgumentParser, args: argparse.Namespace) -> l
         fail(parser, str(exc))
     main = replace(
         _model_flags(args),
+        distributed=distributed_config(parser, args)[0],
         model=model,
         alias=args.alias,
         tags=args.tags,
@@ -194,6 +196,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         api_keys = tuple(dict.fromkeys((*api_keys, *server.pop("api_keys", ()))))  # type: ignore[misc]
         for item in file.ignored:
             logger.warning("%s: accepted, not acted on yet", item)
+    models = [with_split(parser, m) for m in models]
     check_api_keys(parser, api_keys)
     if args.api_key:
         logger.warning(
@@ -229,6 +232,11 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
 
 def _run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     configure(args.log_level, args.log_format)
+    group, rank = distributed_config(parser, args)
+    if group is not None and args.config is not None:
+        fail(parser, "--distributed splits -m's model; in --config, give a model `distributed:`")
+    if group is not None and rank > 0:
+        return serve_other_rank(group, rank)
     config = _config(parser, args)
     logging.getLogger().setLevel(config.log_level.upper())
     from mlxcel.api.server import serve

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from mlxcel.backends.group import from_section
 from mlxcel.config import adapters, rpc
 from mlxcel.config import values as to
 from mlxcel.config.settings import (
@@ -183,6 +184,7 @@ MODEL_KEYS: dict[str, tuple[str, to.Convert]] = {
     "lora_paths": ("lora_adapters", adapters.from_paths),
     "lora_scales": ("lora_scales", adapters.scales),
     "lora_init_without_apply": ("lora_init_without_apply", to.boolean),
+    "distributed": ("distributed", from_section),
     "embedding_engine": ("embedding_engine", to.choice(ENCODER_ENGINES)),
 }
 # mlx-openai-server's model keys we accept and do not act on yet (reported at startup).

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mlxcel.backends.embeddings.layout import folder_layout, layout_modalities
+from mlxcel.backends.group import DistributedConfig
 from mlxcel.config.adapters import LoraAdapter
 from mlxcel.config.cores import default_threads
 from mlxcel.logs import LOG_FORMATS
@@ -219,6 +220,8 @@ class ModelConfig:
     """LoRA adapters loaded over it (config/adapters.py; docs/lora.md)."""
     lora_init_without_apply: bool = False
     """Its adapters start at global scale 0: a request (or POST /lora-adapters) applies them."""
+    distributed: DistributedConfig | None = None
+    """Split over the machines of a group (--distributed): this process is rank 0."""
 
     @property
     def input_modalities(self) -> tuple[str, ...]:

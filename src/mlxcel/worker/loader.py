@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
@@ -28,6 +29,9 @@ from mlxcel.worker.prompt_store import open_prompt_cache
 from mlxcel.worker.rpc_links import rpc_endpoints
 
 logger = logging.getLogger(__name__)
+
+OnBroken = Callable[[str], None]
+"""Called (from any thread) when a model split over machines lost a rank, with the reason."""
 
 
 def _open_llamacpp(config: ModelConfig) -> TextGenerator:
@@ -97,6 +101,20 @@ def _open_transformers(config: ModelConfig) -> TextGenerator:
         return TransformersVisionGenerator(config.model, options)
 
 
+def _open_group(config: ModelConfig, on_broken: OnBroken) -> TextGenerator:
+    """Rank 0 of a model split over machines (`backends/mlx/leader.py`)."""
+    from mlxcel.backends.mlx import MlxOptions
+    from mlxcel.backends.mlx.leader import LeaderGenerator
+
+    group = config.distributed
+    assert group is not None  # the command line checked it is an MLX text model
+    options = MlxOptions(config.ctx_size, config.parallel, config.batch_size)
+    level = "debug" if config.verbose else "info"
+    logger.info("loading %s with MLX over %s", config.model, group.hostfile)
+    with progress(f"loading {config.model.name} over the group"):
+        return LeaderGenerator(config.model, options, group, on_broken, level)
+
+
 _OPENERS = {"mlx": _open_mlx, "llamacpp": _open_llamacpp, "transformers": _open_transformers}
 
 
@@ -122,19 +140,24 @@ class TextEngine:
         self.generator.close()
 
 
-def load_text_engine(config: ModelConfig, metrics: RecordsMetrics) -> TextEngine:
+def load_text_engine(
+    config: ModelConfig, metrics: RecordsMetrics, on_broken: OnBroken
+) -> TextEngine:
     """Load a text or vision model on the backend its format calls for, on the thread that
     then runs its engine (`Scheduler.run` says why one thread), and return it once loaded."""
     loaded: Future[TextEngine] = Future()
     name = f"engine-{config.served_name}"
-    threading.Thread(target=_engine, args=(config, metrics, loaded), name=name, daemon=True).start()
+    args = (config, metrics, on_broken, loaded)
+    threading.Thread(target=_engine, args=args, name=name, daemon=True).start()
     return loaded.result()
 
 
-def _engine(config: ModelConfig, metrics: RecordsMetrics, loaded: Future[TextEngine]) -> None:
+def _engine(
+    config: ModelConfig, metrics: RecordsMetrics, on_broken: OnBroken, loaded: Future[TextEngine]
+) -> None:
     """The engine thread's life: load the model, hand it over, then step it until stopped."""
     try:
-        engine = _load(config, metrics)
+        engine = _load(config, metrics, on_broken)
     except BaseException as exc:
         loaded.set_exception(exc)
         return
@@ -142,9 +165,12 @@ def _engine(config: ModelConfig, metrics: RecordsMetrics, loaded: Future[TextEng
     engine.scheduler.run()
 
 
-def _load(config: ModelConfig, metrics: RecordsMetrics) -> TextEngine:
+def _load(config: ModelConfig, metrics: RecordsMetrics, on_broken: OnBroken) -> TextEngine:
     backend = choose_backend(config.model, config.backend)
-    generator = _OPENERS[backend](config)
+    if config.distributed is not None:
+        generator = _open_group(config, on_broken)
+    else:
+        generator = _OPENERS[backend](config)
     try:
         _load_adapters(config, generator)
         if config.warmup:

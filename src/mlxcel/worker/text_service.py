@@ -33,7 +33,7 @@ from mlxcel.logs import request_scope
 from mlxcel.media.audio import SentMedia, decoded
 from mlxcel.media.policy import MediaError
 from mlxcel.wire.facts import MEDIA_PROMPT_REFUSED, MediaPrompt, TextFacts, TextSequence
-from mlxcel.worker.loader import TextEngine, load_text_engine
+from mlxcel.worker.loader import OnBroken, TextEngine, load_text_engine
 from mlxcel.worker.outbox import CALL_THREADS, StreamSink
 
 logger = logging.getLogger(__name__)
@@ -67,9 +67,9 @@ class TextService:
         self._engine = engine
 
     @classmethod
-    def open(cls, config: ModelConfig, metrics: RecordsMetrics) -> TextService:
+    def open(cls, config: ModelConfig, metrics: RecordsMetrics, on_broken: OnBroken) -> TextService:
         """Load the model and start its engine."""
-        return cls(config, load_text_engine(config, metrics))
+        return cls(config, load_text_engine(config, metrics, on_broken))
 
     def facts(self) -> TextFacts:
         """What the HTTP process needs to serve the model."""

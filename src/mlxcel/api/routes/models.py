@@ -12,6 +12,7 @@ from mlxcel.api.auth import require_api_key
 from mlxcel.api.body_check import CheckedJsonRoute
 from mlxcel.api.routes.lora import adapter_models
 from mlxcel.api.state import entry_for, loaded_registry, unavailable
+from mlxcel.backends.group import describe
 from mlxcel.config.engines import backend_label
 from mlxcel.models.entry import ModelBusy, ModelEntry, ModelUnavailable
 from mlxcel.protocol.errors import APIError
@@ -35,6 +36,8 @@ def _listed(entry: ModelEntry, request: Request) -> dict[str, Any]:
     if request.app.state.api_keys:
         meta["path"] = str(config.model)
     meta.update(device_split(getattr(entry.model, "generator", None)))
+    if config.distributed is not None:
+        meta["distributed"] = describe(config.distributed)
     listed: dict[str, Any] = {
         "id": entry.name,
         "object": "model",
