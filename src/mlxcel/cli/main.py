@@ -18,6 +18,7 @@ from mlxcel.cli.launch import launch_arguments, launch_argv
 from mlxcel.cli.llama_server import check_llama_server_arguments
 from mlxcel.cli.media import media_policy
 from mlxcel.cli.models import SIDE_MODELS, fail, file_models, side_models
+from mlxcel.cli.realtime import realtime_config
 from mlxcel.cli.security import check_api_keys, security_settings
 from mlxcel.config import settings as defaults
 from mlxcel.config.file import (
@@ -200,6 +201,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         media=media_policy(args),
         **encoder_config(parser, args),
         **audio_config(parser, args),
+        **realtime_config(parser, args),
         **security_settings(args),
         **server,  # type: ignore[arg-type]
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from mlxcel.config.realtime import RealtimeConfig
 from mlxcel.logs import LOG_FORMATS
 from mlxcel.media.policy import MediaLimits, MediaPolicy
 from mlxcel.mmproj import projector_modalities
@@ -386,6 +387,8 @@ class ServerConfig:
     image_max_pixels: int = DEFAULT_IMAGE_MAX_PIXELS
     """Pixels one generated or edited image may have (400 naming `size` past it)."""
     """MiB the linked images may take together; the oldest go first past it."""
+    realtime: RealtimeConfig = field(default_factory=RealtimeConfig)
+    """/v1/realtime sessions: the models they join and their limits."""
 
     @property
     def hosts(self) -> tuple[str, ...]:
