@@ -132,8 +132,10 @@ async def realtime(websocket: WebSocket) -> None:
     sessions: set[str] = websocket.app.state.realtime_sessions
     await websocket.accept(subprotocol=_subprotocol(websocket))
     lock = asyncio.Lock()
+    active = [time.monotonic()]  # when the last event went either way
 
     async def send(event: dict[str, Any]) -> None:
+        active[0] = time.monotonic()
         async with lock:
             if websocket.application_state is WebSocketState.CONNECTED:
                 await websocket.send_text(json.dumps(event))
@@ -155,7 +157,7 @@ async def realtime(websocket: WebSocket) -> None:
     logger.info("realtime session %s opened (%s)", session_config.id, session_config.kind)
     try:
         await session.start()
-        await _serve(websocket, session, config)
+        await _serve(websocket, session, config, active)
     except WebSocketDisconnect:
         pass
     finally:
@@ -164,20 +166,28 @@ async def realtime(websocket: WebSocket) -> None:
         logger.info("realtime session %s closed", session_config.id)
 
 
-async def _serve(websocket: WebSocket, session: RealtimeSession, config: RealtimeConfig) -> None:
-    """Read client events until the client leaves, idles or the session reaches its length."""
+async def _serve(
+    websocket: WebSocket, session: RealtimeSession, config: RealtimeConfig, active: list[float]
+) -> None:
+    """Read client events until the client leaves, idles (no event either way for
+    --realtime-idle-timeout) or the session reaches its length."""
     ends = time.monotonic() + config.max_session_seconds
     while True:
-        left = ends - time.monotonic()
+        now = time.monotonic()
+        idle_ends = active[0] + config.idle_timeout
         try:
-            message = await asyncio.wait_for(websocket.receive(), min(config.idle_timeout, left))
+            message = await asyncio.wait_for(websocket.receive(), min(idle_ends, ends) - now)
         except TimeoutError:
-            expired = time.monotonic() >= ends
+            now = time.monotonic()
+            if now < ends and now < active[0] + config.idle_timeout:
+                continue  # the server spoke meanwhile: not idle
+            expired = now >= ends
             why = (
                 f"the session reached its length, {config.max_session_seconds:g} s "
                 "(--realtime-max-session-seconds)"
                 if expired
-                else f"no event came for {config.idle_timeout:g} s (--realtime-idle-timeout)"
+                else f"no event came either way for {config.idle_timeout:g} s "
+                "(--realtime-idle-timeout)"
             )
             code = "session_expired" if expired else "idle_timeout"
             await session.error(RealtimeError(why, code=code))
@@ -185,6 +195,7 @@ async def _serve(websocket: WebSocket, session: RealtimeSession, config: Realtim
             return
         if message["type"] == "websocket.disconnect":
             return
+        active[0] = time.monotonic()
         await _event(session, message.get("text") or message.get("bytes") or "", config)
 
 
