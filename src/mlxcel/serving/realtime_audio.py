@@ -132,6 +132,11 @@ class TurnDetector:
         self.last_speech = 0
         """Where the last window with speech ended."""
 
+    def reset(self) -> None:
+        """The turn was committed by the client: the next speech starts a new one."""
+        self.speaking = False
+        self._silent_since = None
+
     def feed(self, probabilities: np.ndarray, first: int) -> list[TurnChange]:
         """The changes in windows starting at sample `first`, one after another."""
         changes: list[TurnChange] = []

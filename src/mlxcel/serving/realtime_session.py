@@ -116,7 +116,7 @@ class RealtimeSession:
         elif kind == "input_audio_buffer.append":
             await self._append(event.get("audio"))
         elif kind == "input_audio_buffer.commit":
-            await self._commit(self._heard, None)
+            await self._commit_now()
         elif kind == "input_audio_buffer.clear":
             self._clear()
             await self.emit("input_audio_buffer.cleared")
@@ -254,7 +254,19 @@ class RealtimeSession:
 
         return LiveTranscript(model, self.config.transcription, self.turn_audio, delta)
 
-    async def _commit(self, upto: int, speech_end: int | None) -> None:
+    async def _commit_now(self) -> None:
+        """The client's commit: with server VAD on, once the audio sent is scored, so the turn
+        knows where its speech ended (and a decode that heard it all is reused)."""
+        speech_end = None
+        if self._detector is not None:
+            if self._vad_task is not None and not self._vad_task.done():
+                await asyncio.wait([self._vad_task])
+            if self._detector.speaking:
+                speech_end = self._detector.last_speech - self._turn_start
+                self._detector.reset()
+        await self._commit(self._heard, speech_end, auto=False)
+
+    async def _commit(self, upto: int, speech_end: int | None, auto: bool = True) -> None:
         """Commit the buffer's audio up to absolute sample `upto` as a user item."""
         length = upto - self._turn_start
         if length < _MIN_COMMIT:
@@ -275,7 +287,7 @@ class RealtimeSession:
         item = user_audio_item(item_id, None)
         await self.emit("conversation.item.added", item=item, previous_item_id=previous)
         self.conversation.add(item)
-        auto = speech_end is not None and self._auto_response()
+        auto = auto and speech_end is not None and self._auto_response()
         task = asyncio.ensure_future(self._transcript(item, live, length, speech_end, auto))
         self._transcripts.add(task)
         task.add_done_callback(self._transcripts.discard)
