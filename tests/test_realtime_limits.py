@@ -36,6 +36,12 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
         str(SESSION_SECONDS),
         "--realtime-idle-timeout",
         str(IDLE_SECONDS),
+        # Shorter than a session: the connection guard's timers must leave an upgraded socket
+        # alone (its body timeout once wrote a 408 into a session's frames).
+        "--body-timeout",
+        "1",
+        "--header-timeout",
+        "1",
         env={"MLXCEL_API_KEY": KEY},
     )
     yield proc
