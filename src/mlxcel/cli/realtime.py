@@ -21,8 +21,8 @@ def realtime_arguments(parser: argparse.ArgumentParser) -> None:
         group.add_argument(
             f"--realtime-{kind}-model",
             metavar="NAME",
-            help=f"{what} (default: the server's first model of that kind, or the one a "
-            "session names)",
+            help=f"{what}; unset, the server's first model of that kind or the one a session "
+            "names (default: none)",
         )
     group.add_argument(
         "--realtime-max-sessions",

@@ -27,8 +27,8 @@ from mlxcel.serving.audio_transcription import transcribe
 logger = logging.getLogger(__name__)
 
 PARTIAL_EVERY_S = 1.0
-"""New audio between partial decodes (tiny.en on one core decodes a 5 s turn in about 0.3 s:
-bench/realtime.py's cadence line)."""
+"""New audio between partial decodes, which are greedy; a pause's decode is the full one
+(beam 5), reused as the transcript when the turn ends there (bench/realtime.py)."""
 WINDOW_S = 20.0
 """The longest window a partial decode reads before it slides."""
 _WORD = re.compile(r"[^\w']+")
@@ -53,6 +53,8 @@ class _Decode:
     start: int
     """Where in the turn the decoded window starts (16 kHz samples)."""
     end: int
+    draft: bool
+    """Greedy (a partial while the speech goes on), not the full decode a pause gets."""
     task: asyncio.Task[Transcript] = field(init=False)
 
 
@@ -81,8 +83,9 @@ class LiveTranscript:
         self._again = False
         self._final = False
 
-    def _job(self, audio: np.ndarray, prompt: str | None) -> TranscribeJob:
-        return TranscribeJob(audio=audio, language=self._hints.language, prompt=prompt)
+    def _job(self, audio: np.ndarray, prompt: str | None, draft: bool = False) -> TranscribeJob:
+        language = self._hints.language
+        return TranscribeJob(audio=audio, language=language, prompt=prompt, draft=draft)
 
     def _prompt(self) -> str | None:
         fixed = " ".join(self._fixed)[-600:]
@@ -100,19 +103,20 @@ class LiveTranscript:
         done = self._last[0].end if self._last else 0
         if not paused and length - done < PARTIAL_EVERY_S * VAD_RATE:
             return
-        self._start(length)
+        self._start(length, draft=not paused)
 
-    def _start(self, length: int) -> None:
+    def _start(self, length: int, draft: bool) -> None:
         if self._final:
             return
         audio = self.audio()[self._anchor : length]
-        decode = _Decode(self._anchor, length)
+        decode = _Decode(self._anchor, length, draft)
         decode.task = asyncio.ensure_future(self._partial(decode, audio))
         self._decode = decode
 
     async def _partial(self, decode: _Decode, audio: np.ndarray) -> Transcript:
         try:
-            transcript = await transcribe(self._model, self._job(audio, self._prompt()))
+            job = self._job(audio, self._prompt(), decode.draft)
+            transcript = await transcribe(self._model, job)
         except (APIError, RuntimeError) as exc:
             logger.warning("a partial transcript failed: %s", exc)
             raise
@@ -120,7 +124,7 @@ class LiveTranscript:
         await self._agree(decode, transcript)
         if self._again:
             self._again = False
-            asyncio.get_running_loop().call_soon(self._start, self._length)
+            asyncio.get_running_loop().call_soon(self._start, self._length, False)
         return transcript
 
     async def _agree(self, decode: _Decode, transcript: Transcript) -> None:
@@ -155,7 +159,7 @@ class LiveTranscript:
         self._final = True
         decode = self._decode
         if decode is not None and not decode.task.done():
-            if speech_end is None or decode.end < speech_end:
+            if speech_end is None or decode.end < speech_end or decode.draft:
                 decode.task.cancel()
             else:
                 await asyncio.wait([decode.task])
@@ -163,7 +167,7 @@ class LiveTranscript:
             decode.task.exception()  # seen: a failed partial leaves the final to decode
         last = self._last
         covers = speech_end is not None and last is not None and last[0].end >= speech_end
-        if covers and last is not None and last[0].start == self._anchor:
+        if covers and last is not None and last[0].start == self._anchor and not last[0].draft:
             transcript = last[1]
         else:
             audio = self.audio()[self._anchor : length]
