@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import wave
 from pathlib import Path
 from typing import Any
@@ -94,8 +95,6 @@ async def events_until(conn: Any, *types: str, timeout: float = EVENT_TIMEOUT) -
 
 async def raw_until(ws: Any, *types: str, timeout: float = EVENT_TIMEOUT) -> list[dict[str, Any]]:
     """Like events_until, on a bare websockets connection (JSON dicts)."""
-    import json
-
     seen: list[dict[str, Any]] = []
     while True:
         event = json.loads(await asyncio.wait_for(ws.recv(), timeout))
@@ -106,3 +105,21 @@ async def raw_until(ws: Any, *types: str, timeout: float = EVENT_TIMEOUT) -> lis
 
 def of_type(events: list[Any], kind: str) -> list[Any]:
     return [e for e in events if e.type == kind]
+
+
+async def answers_to(root: str, events: list[dict[str, Any] | str]) -> list[Any]:
+    """Send each event (a dict, or raw text) in a transcription session without VAD and read
+    what answers it; the session must still answer one last session.update."""
+    transcription = {"type": "transcription"}
+    async with async_client(root).realtime.connect(extra_query={"intent": "transcription"}) as conn:
+        await events_until(conn, "session.created")
+        manual = {"input": {"turn_detection": None}}
+        await conn.session.update(session={**transcription, "audio": manual})
+        await events_until(conn, "session.updated")
+        answers = []
+        for event in events:
+            await conn.send_raw(event if isinstance(event, str) else json.dumps(event))
+            answers.append((await events_until(conn, "error", "session.updated"))[-1])
+        await conn.session.update(session=transcription)
+        assert (await events_until(conn, "session.updated"))[-1].type == "session.updated"
+        return answers

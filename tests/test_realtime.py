@@ -19,6 +19,7 @@ import pytest
 from tests.audio_util import word_error_rate, words
 from tests.conftest import serving
 from tests.realtime_util import (
+    answers_to,
     async_client,
     b64,
     events_until,
@@ -241,6 +242,11 @@ def test_text_in_text_out_and_tools(rt_server: ServerProcess) -> None:
                 session={"type": "realtime", "output_modalities": ["text"], "tools": [tool]}
             )
             await events_until(conn, "session.updated")
+            await conn.response.cancel()
+            nothing = (await events_until(conn, "error"))[-1].error.code
+            await conn.conversation.item.retrieve(item_id="item_missing")
+            missing = (await events_until(conn, "error"))[-1].error.code
+            assert (nothing, missing) == ("response_cancel_not_active", "item_not_found")
             await conn.conversation.item.create(
                 item={
                     "type": "message",
@@ -306,29 +312,6 @@ def test_cancel_and_barge_in_stop_the_audio(rt_server: ServerProcess, clip: np.n
     assert "input_audio_buffer.speech_started" in kinds
 
 
-def _errors(rt_server: ServerProcess, events: list[dict[str, Any] | str]) -> list[Any]:
-    """Send each event (a dict, or raw text) in a transcription session and read what
-    answers it; the session stays open to answer one last session.update."""
-
-    async def session() -> list[Any]:
-        client = async_client(rt_server.root)
-        async with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
-            await events_until(conn, "session.created")
-            await conn.session.update(
-                session={**TRANSCRIPTION, "audio": {"input": {"turn_detection": None}}}
-            )
-            await events_until(conn, "session.updated")
-            answers = []
-            for event in events:
-                await conn.send_raw(event if isinstance(event, str) else json.dumps(event))
-                answers.append((await events_until(conn, "error", "session.updated"))[-1])
-            await conn.session.update(session=TRANSCRIPTION)
-            assert (await events_until(conn, "session.updated"))[-1].type == "session.updated"
-            return answers
-
-    return run(session())
-
-
 def test_bad_events_are_error_events_and_the_session_goes_on(rt_server: ServerProcess) -> None:
     odd = base64.b64encode(b"\x00\x01\x02").decode()
     bad: list[dict[str, Any] | str] = [
@@ -363,7 +346,7 @@ def test_bad_events_are_error_events_and_the_session_goes_on(rt_server: ServerPr
         "input_audio_buffer_commit_empty",
         "invalid_event",
     ]
-    answers = _errors(rt_server, bad)
+    answers = asyncio.run(answers_to(rt_server.root, bad))
     assert [a.type for a in answers] == ["error"] * len(bad)
     assert [a.error.code for a in answers] == codes
     assert (
