@@ -8,6 +8,7 @@ async () => {
   const { streamStats, statsText } = await import("/webui/chat.js");
   const { availablePanels, cosine, ranked, scoreInput } = await import("/webui/tools.js");
   const { defaultSettings, newConversation, titleOf } = await import("/webui/store.js");
+  const { pcm16Base64, pcm16Samples, realtimeUrl, sessionUpdate } = await import("/webui/realtime.js");
 
   const results = {};
   const same = (got, want) =>
@@ -95,6 +96,23 @@ async () => {
     return same([chatOnly.length, withEmbedding.map((p) => [p.id, p.models])],
       [0, [["scores", [{ id: "e", capability: "embedding" }]]]]);
   });
+
+  check("live audio goes out as pcm16 and comes back the same", () => {
+    const samples = new Float32Array([0, 0.5, -0.5, 1, -1, 0.25]);
+    const back = Array.from(pcm16Samples(pcm16Base64(samples)), (x) => Math.round(x * 1000) / 1000);
+    return same([atob(pcm16Base64(samples)).length, back], [12, [0, 0.5, -0.5, 1, -1, 0.25]]);
+  });
+
+  check("the live session's url and first update", () =>
+    same(
+      [
+        realtimeUrl({ protocol: "https:", host: "h:1" }, "transcribe"),
+        realtimeUrl({ protocol: "http:", host: "h:1" }, "talk"),
+        sessionUpdate("transcribe", "w").session.type,
+        sessionUpdate("talk", "w").session.audio.input.turn_detection.type,
+      ],
+      ["wss://h:1/v1/realtime?intent=transcription", "ws://h:1/v1/realtime", "transcription", "server_vad"],
+    ));
 
   check("request leaves empty settings to the server", () =>
     same(requestBody(settings({}), "m", hello), {

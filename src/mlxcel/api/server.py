@@ -251,6 +251,9 @@ def serve(config: ServerConfig) -> int:
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=ABORT_GRACE_S,
+        # A realtime event past --realtime-max-message-bytes gets an error event and the
+        # session goes on; past four times it, the socket closes (1009).
+        ws_max_size=4 * config.realtime.max_message_bytes,
     )
     server = DrainingServer(
         uv_config,

@@ -20,6 +20,7 @@ from mlxcel.cli.llama_server import check_llama_server_arguments
 from mlxcel.cli.lora import check_lora_arguments, lora_adapters
 from mlxcel.cli.media import media_policy
 from mlxcel.cli.models import SIDE_MODELS, fail, file_models, side_models
+from mlxcel.cli.realtime import realtime_config
 from mlxcel.cli.rpc import check_rpc_arguments, rpc_server_arguments, run_rpc_server
 from mlxcel.cli.security import check_api_keys, security_settings
 from mlxcel.config import settings as defaults
@@ -225,6 +226,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         media=media_policy(args),
         **encoder_config(parser, args),
         **audio_config(parser, args),
+        **realtime_config(parser, args),
         **security_settings(args),
         **server,  # type: ignore[arg-type]
     )

@@ -15,6 +15,7 @@ from mlxcel.backends.embeddings.layout import folder_layout, layout_modalities
 from mlxcel.backends.group import DistributedConfig
 from mlxcel.config.adapters import LoraAdapter
 from mlxcel.config.cores import default_threads
+from mlxcel.config.realtime import RealtimeConfig
 from mlxcel.logs import LOG_FORMATS
 from mlxcel.media.policy import MediaLimits, MediaPolicy
 from mlxcel.mmproj import projector_modalities
@@ -363,6 +364,8 @@ class ServerConfig:
     image_max_steps: int = DEFAULT_IMAGE_MAX_STEPS
     """With image_max_pixels, the work one image request may ask for: images x steps x
     pixels at most image_max_pixels x image_max_steps."""
+    realtime: RealtimeConfig = field(default_factory=RealtimeConfig)
+    """/v1/realtime sessions: the models they join and their limits."""
 
     @property
     def hosts(self) -> tuple[str, ...]:

@@ -204,6 +204,12 @@ class RemoteTranscriber(_Remote):
         """The info, then each segment as the worker decodes it."""
         return streamed_async(self._worker, "transcribe", job, start_on_thread=True)
 
+    def speech_probabilities(self, samples: np.ndarray, context: np.ndarray | None) -> np.ndarray:
+        """Silero's probability of speech per 32 ms window of 16 kHz `samples`, reckoned in the
+        worker (blocking: call on a thread)."""
+        scores: np.ndarray = self._worker.call("speech_probabilities", samples, context)
+        return scores
+
 
 class RemoteSynthesizer(_Remote):
     """`Synthesizer` in a worker."""

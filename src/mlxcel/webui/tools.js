@@ -2,6 +2,7 @@
 // embedding/rerank scores, transcription, speech and image generation (OpenAI's route shapes).
 import { postJson, request } from "./api.js";
 import { withCapability } from "./models.js";
+import { livePanel } from "./realtime.js";
 import { dataUrl, el } from "./util.js";
 
 /** Cosine similarity of two vectors. */
@@ -151,6 +152,7 @@ function imagesPanel(form, output) {
 const PANELS = [
   { id: "scores", label: "Embeddings", capabilities: ["rerank", "embedding"], build: scoresPanel },
   { id: "transcribe", label: "Transcribe", capabilities: ["transcription"], build: transcribePanel },
+  { id: "live", label: "Live", capabilities: ["transcription"], build: livePanel },
   { id: "speech", label: "Speech", capabilities: ["speech"], build: speechPanel },
   { id: "images", label: "Images", capabilities: ["image"], build: imagesPanel },
 ];
@@ -177,7 +179,7 @@ export function panelView(panel) {
   const form = el("form", { class: "tool-form" }, picker);
   const output = el("div", { class: "tool-output", "aria-live": "polite" });
   const error = el("div", { class: "error", role: "alert", hidden: true });
-  const perform = panel.build(form, output);
+  const perform = panel.build(form, output, run);
   form.append(run);
   form.addEventListener("submit", async (event) => {
     event.preventDefault();

@@ -22,6 +22,7 @@ import numpy as np
 from mlxcel.backends.audio.encode import AudioEncoder, SpeechFormat
 from mlxcel.backends.audio.speech import SpeechJob, Synthesizer
 from mlxcel.backends.audio.transcript import Segment, TranscribeJob, Transcriber, TranscriptInfo
+from mlxcel.backends.audio.voice_activity import speech_probabilities
 from mlxcel.backends.embeddings import (
     Embedder,
     EmbedsImages,
@@ -163,6 +164,7 @@ class RerankService(EngineService):
 class TranscriptionService(EngineService):
     """A speech-to-text model's engine in its worker."""
 
+    calls = frozenset({"speech_probabilities"})
     streams = frozenset({"transcribe"})
 
     def __init__(self, engine: Transcriber) -> None:
@@ -176,6 +178,10 @@ class TranscriptionService(EngineService):
         """The info, then each segment as it is decoded."""
         steps: Iterator[TranscriptInfo | Segment] = self._engine.transcribe(job)
         self.iterate(sinks, steps)
+
+    def speech_probabilities(self, samples: np.ndarray, context: np.ndarray | None) -> np.ndarray:
+        """Silero's probability of speech per 32 ms window (a realtime session's turns)."""
+        return speech_probabilities(samples, context)
 
     def close(self) -> None:
         """Free the weights."""
