@@ -10,6 +10,7 @@ from mlxcel.cli.encoders import encoder_arguments
 from mlxcel.cli.llama_server import llama_server_arguments
 from mlxcel.cli.media import media_arguments
 from mlxcel.cli.models import SIDE_MODELS, add_image_url_flags
+from mlxcel.cli.replicas import replica_arguments
 from mlxcel.cli.security import security_arguments
 from mlxcel.config import settings as defaults
 from mlxcel.config.values import names, parse_size
@@ -281,6 +282,7 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     llama_server_arguments(parser)
     encoder_arguments(parser)
+    replica_arguments(parser)
     audio_arguments(parser)
     media_arguments(parser)
     security_arguments(parser)

@@ -18,6 +18,7 @@ from mlxcel.cli.launch import launch_arguments, launch_argv
 from mlxcel.cli.llama_server import check_llama_server_arguments
 from mlxcel.cli.media import media_policy
 from mlxcel.cli.models import SIDE_MODELS, fail, file_models, side_models
+from mlxcel.cli.replicas import check_replica_arguments, replica_fields
 from mlxcel.cli.security import check_api_keys, security_settings
 from mlxcel.config import settings as defaults
 from mlxcel.config.file import (
@@ -77,6 +78,7 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.p_less and args.p_less_norm:
         parser.error("set either --p-less or --p-less-norm, not both")
     check_llama_server_arguments(parser, args)
+    check_replica_arguments(parser, args)
 
 
 def _model_flags(args: argparse.Namespace) -> ModelConfig:
@@ -125,6 +127,7 @@ def _model_flags(args: argparse.Namespace) -> ModelConfig:
         draft_min=args.draft_min,
         draft_cost=args.draft_cost,
         model_draft=args.model_draft,
+        **replica_fields(args),
     )
 
 

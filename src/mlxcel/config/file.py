@@ -25,6 +25,7 @@ from mlxcel.config.settings import (
     SPEC_TYPES,
     Kind,
 )
+from mlxcel.engine.replica_router import POLICIES
 from mlxcel.extras import install_extra
 from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
 from mlxcel.parsers.tools import PARSERS as TOOL_PARSERS
@@ -172,6 +173,9 @@ MODEL_KEYS: dict[str, tuple[str, to.Convert]] = {
     "idle_timeout": ("idle_timeout", to.duration),
     "on_demand_idle_timeout": ("idle_timeout", to.duration),
     "pinned": ("pinned", to.boolean),
+    "replicas": ("replicas", to.at_least(1, 64)),
+    "replica_routing": ("replica_routing", to.choice(POLICIES)),
+    "replica_imbalance": ("replica_imbalance", to.at_least(0)),
     "embedding_engine": ("embedding_engine", to.choice(ENCODER_ENGINES)),
 }
 # mlx-openai-server's model keys we accept and do not act on yet (reported at startup).

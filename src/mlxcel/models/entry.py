@@ -7,11 +7,12 @@ import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from mlxcel.config.settings import ModelConfig
 from mlxcel.memory import weights_bytes
-from mlxcel.models.loaded import CAPABILITIES, Capability, Loaded
+from mlxcel.models.loaded import CAPABILITIES, Capability, Loaded, LoadedModel
+from mlxcel.models.replicas import ReplicaSet
 
 # A model that failed may be loaded again this many times per window before its requests are
 # answered with the failure until the window passes.
@@ -73,6 +74,13 @@ class ModelEntry:
         """The process id of the model's worker, while one serves it."""
         model = self.model
         return None if model is None else model.worker.pid
+
+    def replicas(self) -> tuple[int, list[dict[str, Any]]] | None:
+        """A replicated model's threads per replica and each replica's state, while loaded."""
+        model = self.model
+        if not isinstance(model, LoadedModel) or not isinstance(model.worker, ReplicaSet):
+            return None
+        return model.config.threads, model.worker.listing()
 
     @property
     def capabilities(self) -> tuple[Capability, ...]:

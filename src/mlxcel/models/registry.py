@@ -36,8 +36,10 @@ from mlxcel.models.loaded import (
     Capability,
     Loaded,
     served,
+    served_model,
 )
 from mlxcel.models.remote import Worker
+from mlxcel.models.replicas import start_replicas
 from mlxcel.wire.messages import Setup
 
 logger = logging.getLogger(__name__)
@@ -230,6 +232,9 @@ class ModelRegistry:
             loop.call_soon_threadsafe(self._died, entry, worker, reason)
 
         setup = Setup(config, *self._logging)
+        if config.replicas > 1 and entry.capabilities[0] == "text":
+            replicas, facts = start_replicas(config, setup, self._metrics)
+            return served_model(replicas.config, replicas, facts)
         worker, facts = Worker.start(config, setup, self._metrics.bind(entry.name), on_exit)
         return served(config, worker, facts)
 

@@ -32,6 +32,9 @@ def _listed(entry: ModelEntry, request: Request) -> dict[str, Any]:
     }
     if request.app.state.api_keys:
         meta["path"] = str(config.model)
+    replicas = entry.replicas()
+    if replicas is not None:
+        meta["threads_per_replica"], meta["replicas"] = replicas
     listed: dict[str, Any] = {
         "id": entry.name,
         "object": "model",
