@@ -9,16 +9,19 @@ import json
 import os
 import random
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from mlxcel.config.file import ConfigError, read_config
 from tests.conftest import serving
-from tests.server_process import ServerProcess, alive
+from tests.server_process import MLXCEL, ServerProcess, alive
 
 # Two slots a replica, and the prompt cache: a replica holds every prompt it has seen, so a
 # repeat misses only where its replica has not seen it (round-robin: about a third of repeats).
@@ -206,3 +209,35 @@ def test_a_killed_replica_fails_its_stream_alone_and_restarts(replicated: Server
     assert replicated.metric("mlxcel_replica_restarts_total", replica=str(busy["replica"])) == 1
     with replicated.http() as http:
         assert http.get("/v1/models").json()["data"][0]["state"] == "loaded"
+
+
+def test_the_config_file_sets_replicas_per_model(tmp_path: Path) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text(
+        "models:\n  - model: a.gguf\n    replicas: 3\n    replica_routing: round-robin\n"
+        "    replica_imbalance: 0\n"
+    )
+    values = read_config(path).models[0].values
+    assert (values["replicas"], values["replica_routing"], values["replica_imbalance"]) == (
+        3,
+        "round-robin",
+        0,
+    )
+    for key, value, problem in (
+        ("replicas", "0", "must be at least 1 and at most 64, got 0"),
+        ("replica_routing", "random", "expected one of prefix, round-robin, got 'random'"),
+    ):
+        path.write_text(f"models:\n  - model: a.gguf\n    {key}: {value}\n")
+        with pytest.raises(ConfigError, match=f"models\\[0\\].{key}: {problem}"):
+            read_config(path)
+
+
+def test_replica_flags_out_of_range_are_refused(tmp_path: Path) -> None:
+    for flags, problem in (
+        (("--replicas", "0"), "--replicas must be between 1 and 64"),
+        (("--replica-imbalance", "-1"), "--replica-imbalance must be at least 0"),
+    ):
+        result = subprocess.run(
+            [MLXCEL, "serve", *flags], capture_output=True, text=True, timeout=120, cwd=tmp_path
+        )
+        assert result.returncode == 2 and problem in result.stderr.splitlines()[-1]

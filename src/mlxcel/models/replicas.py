@@ -215,11 +215,14 @@ class ReplicaSet:
                     return worker.call(method, *args)
                 except WorkerGone:
                     continue
-        raise EngineError(self._none_serving(), MODEL_UNAVAILABLE)
+        raise WorkerGone(self._none_serving())
+
+    def _unavailable(self) -> EngineError:
+        return EngineError(f"{self._none_serving()}; retry the request", MODEL_UNAVAILABLE)
 
     def _none_serving(self) -> str:
         reasons = "; ".join(f"{r.index}: {r.reason or r.state}" for r in self.replicas)
-        return f"no replica of the model '{self.name}' is serving ({reasons}); retry the request"
+        return f"no replica of the model '{self.name}' is serving ({reasons})"
 
     def listing(self) -> list[dict[str, Any]]:
         """Each replica as /v1/models shows it."""
@@ -259,11 +262,11 @@ class ReplicaSet:
         try:
             chosen = self.router.choose(route, loads, serving)
         except NoReplica:
-            raise EngineError(self._none_serving(), MODEL_UNAVAILABLE) from None
+            raise self._unavailable() from None
         replica = self.replicas[chosen.replica]
         engine = replica.engine
         if engine is None:
-            raise EngineError(self._none_serving(), MODEL_UNAVAILABLE)
+            raise self._unavailable()
         handles = engine.start(request_id, method, args, count, route)
         self.router.sent(chosen.replica, route)
         self._metrics.decided(self.name, chosen.decision)
