@@ -233,7 +233,7 @@ class ModelRegistry:
 
         setup = Setup(config, *self._logging)
         if config.replicas > 1 and entry.capabilities[0] == "text":
-            replicas, facts = start_replicas(config, setup, self._metrics)
+            replicas, facts = start_replicas(config, setup, self._metrics, loop)
             return served_model(replicas.config, replicas, facts)
         worker, facts = Worker.start(config, setup, self._metrics.bind(entry.name), on_exit)
         return served(config, worker, facts)

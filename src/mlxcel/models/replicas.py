@@ -11,6 +11,8 @@ of its own, at the registry's bounded rate. The model stays loaded while any rep
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -79,8 +81,16 @@ class Replica:
 class ReplicaSet:
     """The replicas of one model, their router, and their restarts."""
 
-    def __init__(self, config: ModelConfig, start: StartWorker, metrics: EngineMetrics) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        start: StartWorker,
+        metrics: EngineMetrics,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
         self.name = config.served_name
+        # The router and the requests in flight are the event loop's alone.
+        self._loop = loop
         self.config = config
         self._start = start
         self._metrics = metrics.replicas
@@ -129,7 +139,7 @@ class ReplicaSet:
                 worker.stop()
                 raise WorkerGone(f"the model '{self.name}' is being unloaded")
             replica.worker, replica.engine = worker, RemoteEngine(worker)
-            replica.state, replica.reason, replica.in_flight = "serving", None, 0
+            replica.state, replica.reason = "serving", None
         self._metrics.up.labels(self.name, str(replica.index)).set(1)
         logger.info("replica %d of '%s' serves (pid %d)", replica.index, self.name, worker.pid)
         return facts
@@ -144,6 +154,10 @@ class ReplicaSet:
             replica.failures.append(time.monotonic())
         self._metrics.up.labels(self.name, str(replica.index)).set(0)
         logger.error("replica %d of '%s' failed: %s", replica.index, self.name, reason)
+        if self.router is not None:
+            # Its caches died with it (a closed loop: the server is ending anyway).
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self.router.forget, replica.index)
         threading.Thread(
             target=self._restart, args=(replica,), name=f"restart-{self.name}", daemon=True
         ).start()
@@ -154,8 +168,6 @@ class ReplicaSet:
             if wait > 0:
                 time.sleep(min(wait, 1.0))
                 continue
-            if self.router is not None:
-                self.router.forget(replica.index)
             replica.state = "starting"
             replica.restarts += 1
             self._metrics.restarts.labels(self.name, str(replica.index)).inc()
@@ -197,8 +209,8 @@ class ReplicaSet:
     @property
     def pid(self) -> int:
         """The first serving replica's process id (each is listed in /v1/models)."""
-        workers = self._workers()
-        return workers[0].pid if workers else -1
+        serving = [r.worker for r in self.replicas if r.state == "serving" and r.worker]
+        return serving[0].pid if serving else -1
 
     def resident_bytes(self) -> int | None:
         """What the replicas hold together, measured."""
@@ -355,7 +367,7 @@ def _policy(name: str) -> Policy:
 
 
 def start_replicas(
-    config: ModelConfig, setup: Setup, metrics: EngineMetrics
+    config: ModelConfig, setup: Setup, metrics: EngineMetrics, loop: asyncio.AbstractEventLoop
 ) -> tuple[ReplicaSet, TextFacts]:
     """Start a model's replicas, each with its share of the cores (a thread; raises the
     first replica's load failure)."""
@@ -369,5 +381,5 @@ def start_replicas(
         worker, facts = Worker.start(config, setup, bound, on_exit)
         return worker, facts
 
-    replicas = ReplicaSet(config, start, metrics)
+    replicas = ReplicaSet(config, start, metrics, loop)
     return replicas, replicas.start_all()
