@@ -185,6 +185,18 @@ def test_the_model_queue_counts_every_replica(round_robin: ServerProcess) -> Non
         assert refused.json()["error"]["code"] == "server_busy"
 
 
+def test_unload_ends_every_replica_and_load_starts_them_again(round_robin: ServerProcess) -> None:
+    before = [r["pid"] for r in replicas(round_robin)]
+    with round_robin.http() as http:
+        unloaded = http.post("/models/unload", json={"model": "default"}).json()
+        assert unloaded["state"] == "unloaded" and "replicas" not in unloaded["meta"]
+        assert not any(alive(pid) for pid in before)
+        assert http.post("/models/load", json={"model": "default"}).json()["state"] == "loaded"
+    after = replicas(round_robin)
+    assert all(r["state"] == "serving" and alive(r["pid"]) for r in after)
+    assert not {r["pid"] for r in after} & set(before)
+
+
 def test_a_killed_replica_fails_its_stream_alone_and_restarts(replicated: ServerProcess) -> None:
     with ExitStack() as stack:
         lines = long_stream(replicated, stack)
