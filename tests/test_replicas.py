@@ -20,8 +20,9 @@ import httpx
 import pytest
 
 from mlxcel.config.file import ConfigError, read_config
+from tests._client_util import default_gguf
 from tests.conftest import serving
-from tests.server_process import MLXCEL, ServerProcess, alive
+from tests.server_process import MLXCEL, ServerProcess, alive, free_port
 
 # Two slots a replica, and the prompt cache: a replica holds every prompt it has seen, so a
 # repeat misses only where its replica has not seen it (round-robin: about a third of repeats).
@@ -253,3 +254,18 @@ def test_replica_flags_out_of_range_are_refused(tmp_path: Path) -> None:
             [MLXCEL, "serve", *flags], capture_output=True, text=True, timeout=120, cwd=tmp_path
         )
         assert result.returncode == 2 and problem in result.stderr.splitlines()[-1]
+
+
+def test_the_memory_budget_counts_every_replica(tmp_path: Path) -> None:
+    weights = default_gguf().stat().st_size
+    # Room for one copy of the weights, not for two.
+    budget = f"{weights * 3 // 2 >> 20}M"
+    result = subprocess.run(
+        [MLXCEL, "serve", "--port", str(free_port()), "--replicas", "2", "--max-memory", budget],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    assert f"it takes about {2 * weights / (1 << 20):.0f} MiB loaded" in result.stderr

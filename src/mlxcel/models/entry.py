@@ -95,8 +95,12 @@ class ModelEntry:
 
     @property
     def expected_size(self) -> int:
-        """What loading the model will take: its measured size, else its weights on disk."""
-        return self.size if self.size is not None else weights_bytes(self.config.model)
+        """What loading the model will take: its measured size, else its weights on disk
+        (once per replica)."""
+        if self.size is not None:
+            return self.size
+        copies = self.config.replicas if self.capabilities[0] == "text" else 1
+        return weights_bytes(self.config.model) * copies
 
     @property
     def evictable(self) -> bool:
