@@ -13,6 +13,7 @@ from mlxcel.cli.lora import lora_arguments
 from mlxcel.cli.media import media_arguments
 from mlxcel.cli.models import SIDE_MODELS, add_image_url_flags
 from mlxcel.cli.realtime import realtime_arguments
+from mlxcel.cli.replicas import replica_arguments
 from mlxcel.cli.rpc import rpc_arguments
 from mlxcel.cli.security import security_arguments
 from mlxcel.config import settings as defaults
@@ -327,6 +328,7 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     rpc_arguments(parser)
     lora_arguments(parser)
     encoder_arguments(parser)
+    replica_arguments(parser)
     audio_arguments(parser)
     realtime_arguments(parser)
     media_arguments(parser)

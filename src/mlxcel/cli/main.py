@@ -21,6 +21,7 @@ from mlxcel.cli.lora import check_lora_arguments, lora_adapters
 from mlxcel.cli.media import media_policy
 from mlxcel.cli.models import SIDE_MODELS, fail, file_models, side_models
 from mlxcel.cli.realtime import realtime_config
+from mlxcel.cli.replicas import check_replica_arguments, replica_fields
 from mlxcel.cli.rpc import check_rpc_arguments, rpc_server_arguments, run_rpc_server
 from mlxcel.cli.security import check_api_keys, security_settings
 from mlxcel.config import settings as defaults
@@ -91,6 +92,7 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error("set either --p-less or --p-less-norm, not both")
     check_llama_server_arguments(parser, args)
     check_rpc_arguments(parser, args)
+    check_replica_arguments(parser, args)
 
 
 def _model_flags(args: argparse.Namespace) -> ModelConfig:
@@ -145,6 +147,7 @@ def _model_flags(args: argparse.Namespace) -> ModelConfig:
         draft_min=args.draft_min,
         draft_cost=args.draft_cost,
         model_draft=args.model_draft,
+        **replica_fields(args),
     )
 
 

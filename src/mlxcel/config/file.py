@@ -27,6 +27,7 @@ from mlxcel.config.settings import (
     SPEC_TYPES,
     Kind,
 )
+from mlxcel.engine.replica_router import POLICIES
 from mlxcel.extras import install_extra
 from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
 from mlxcel.parsers.tools import PARSERS as TOOL_PARSERS
@@ -185,6 +186,9 @@ MODEL_KEYS: dict[str, tuple[str, to.Convert]] = {
     "lora_scales": ("lora_scales", adapters.scales),
     "lora_init_without_apply": ("lora_init_without_apply", to.boolean),
     "distributed": ("distributed", from_section),
+    "replicas": ("replicas", to.at_least(1, 64)),
+    "replica_routing": ("replica_routing", to.choice(POLICIES)),
+    "replica_imbalance": ("replica_imbalance", to.at_least(0)),
     "embedding_engine": ("embedding_engine", to.choice(ENCODER_ENGINES)),
 }
 # mlx-openai-server's model keys we accept and do not act on yet (reported at startup).

@@ -29,6 +29,8 @@ DEFAULT_PARALLEL = 1
 DEFAULT_BATCH_SIZE = 512
 DEFAULT_UBATCH_SIZE = 512
 DEFAULT_QUEUE_SIZE = 64
+# Requests beyond the least busy replica's that send a prompt elsewhere (docs/replicas.md).
+DEFAULT_REPLICA_IMBALANCE = 4
 DEFAULT_QUEUE_TIMEOUT = 600.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 # Seconds a loaded worker may go without answering its heartbeat before it is killed.
@@ -223,6 +225,10 @@ class ModelConfig:
     """Its adapters start at global scale 0: a request (or POST /lora-adapters) applies them."""
     distributed: DistributedConfig | None = None
     """Split over the machines of a group (--distributed): this process is rank 0."""
+    replicas: int = 1
+    """Worker processes serving the model, each with its own engine and caches."""
+    replica_routing: str = "prefix"  # or round-robin (engine/replica_router.py)
+    replica_imbalance: int = DEFAULT_REPLICA_IMBALANCE
 
     @property
     def input_modalities(self) -> tuple[str, ...]:

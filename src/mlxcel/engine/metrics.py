@@ -7,6 +7,7 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from mlxcel.engine.llama_series import LlamaSeries
+from mlxcel.engine.replica_metrics import ReplicaMetrics
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -117,6 +118,7 @@ class EngineMetrics:
         }
         # Dashboards built for llama-server read its names: the same series under them.
         registry.register(LlamaSeries(self.families))
+        self.replicas = ReplicaMetrics(registry)
 
     def bind(self, model: str) -> ModelMetrics:
         """One model's metrics, labelled once so the engine's hot path does no lookups."""

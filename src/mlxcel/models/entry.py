@@ -8,12 +8,13 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from mlxcel.config.settings import ModelConfig
 from mlxcel.memory import weights_bytes
 from mlxcel.models.adapters import AdapterTable
-from mlxcel.models.loaded import CAPABILITIES, Capability, Loaded
+from mlxcel.models.loaded import CAPABILITIES, Capability, Loaded, LoadedModel
+from mlxcel.models.replicas import ReplicaSet
 
 # A model that failed may be loaded again this many times per window before its requests are
 # answered with the failure until the window passes.
@@ -92,6 +93,13 @@ class ModelEntry:
         model = self.model
         return None if model is None else model.worker.pid
 
+    def replicas(self) -> tuple[int, list[dict[str, Any]]] | None:
+        """A replicated model's threads per replica and each replica's state, while loaded."""
+        model = self.model
+        if not isinstance(model, LoadedModel) or not isinstance(model.worker, ReplicaSet):
+            return None
+        return model.config.threads, model.worker.listing()
+
     @property
     def capabilities(self) -> tuple[Capability, ...]:
         """What the model can do."""
@@ -109,8 +117,12 @@ class ModelEntry:
 
     @property
     def expected_size(self) -> int:
-        """What loading the model will take: its measured size, else its weights on disk."""
-        return self.size if self.size is not None else weights_bytes(self.config.model)
+        """What loading the model will take: its measured size, else its weights on disk
+        (once per replica)."""
+        if self.size is not None:
+            return self.size
+        copies = self.config.replicas if self.capabilities[0] == "text" else 1
+        return weights_bytes(self.config.model) * copies
 
     @property
     def evictable(self) -> bool:

@@ -21,7 +21,8 @@ from mlxcel.models.proxies import (
     RemoteTranscriber,
 )
 from mlxcel.models.remote import Worker
-from mlxcel.models.textgen import RemoteEngine, remote_text_model
+from mlxcel.models.replicas import ReplicaSet
+from mlxcel.models.textgen import RemoteEngine, TextEngine, remote_text_model
 from mlxcel.wire.facts import TextFacts
 
 Capability = Literal[
@@ -74,10 +75,11 @@ class LoadedModel:
     serving reaches it, and what routes need, resolved once at load."""
 
     config: ModelConfig
-    worker: Worker
+    worker: Worker | ReplicaSet
+    """Its worker process, or its replicas' (`models/replicas.py`)."""
     backend: str
     generator: TextModel
-    scheduler: RemoteEngine
+    scheduler: TextEngine
     defaults: SamplingDefaults
     chat_template: ChatTemplate
     """The template its chats render with (the model's own unless a flag chose another)."""
@@ -124,14 +126,15 @@ class LoadedModel:
         self.worker.stop()
 
 
-def served_model(config: ModelConfig, worker: Worker, facts: TextFacts) -> LoadedModel:
-    """The loaded model of a worker that has sent its facts."""
+def served_model(config: ModelConfig, worker: Worker | ReplicaSet, facts: TextFacts) -> LoadedModel:
+    """The loaded model of a worker (or of replicas) that has sent its facts."""
+    engine = worker.engine if isinstance(worker, ReplicaSet) else RemoteEngine(worker)
     return LoadedModel(
         config,
         worker,
         facts.backend,
         remote_text_model(worker, facts),
-        RemoteEngine(worker),
+        engine,
         facts.defaults,
         facts.chat_template,
         facts.tool_call_parser,

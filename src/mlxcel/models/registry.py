@@ -37,8 +37,10 @@ from mlxcel.models.loaded import (
     Loaded,
     LoadedModel,
     served,
+    served_model,
 )
 from mlxcel.models.remote import Worker
+from mlxcel.models.replicas import start_replicas
 from mlxcel.wire.messages import Setup
 
 logger = logging.getLogger(__name__)
@@ -228,10 +230,16 @@ class ModelRegistry:
             loop.call_soon_threadsafe(self._died, entry, worker, reason)
 
         setup = Setup(config, *self._logging)
-        worker, facts = Worker.start(
-            config, setup, self._metrics.bind(entry.name), on_exit, self._worker_timeout
-        )
-        model = served(config, worker, facts)
+        if config.replicas > 1 and entry.capabilities[0] == "text":
+            replicas, facts = start_replicas(
+                config, setup, self._metrics, loop, self._worker_timeout
+            )
+            model: Loaded = served_model(replicas.config, replicas, facts)
+        else:
+            worker, facts = Worker.start(
+                config, setup, self._metrics.bind(entry.name), on_exit, self._worker_timeout
+            )
+            model = served(config, worker, facts)
         if isinstance(model, LoadedModel):
             model.adapters = entry.adapters
         return model

@@ -9,11 +9,13 @@ cancellation travels back. The worker's side is `worker/text_service.py`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
-from typing import Any
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from mlxcel.engine.capabilities import DeviceInfo, FimTokens, KvCacheInfo
 from mlxcel.engine.handle import RequestHandle, ends
+from mlxcel.engine.replica_router import NO_HINT, RouteHint, RouteRequest
 from mlxcel.engine.slots import SlotReport
 from mlxcel.engine.types import ChatTemplate, EngineError, MediaSpan, SamplingParams, TokenEvent
 from mlxcel.media.audio import SentMedia
@@ -26,10 +28,18 @@ from mlxcel.wire.facts import (
 )
 
 
+class Calls(Protocol):
+    """What answers a model's calls: its worker, or any serving replica of a replica set."""
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Call a method of the model and wait for its result."""
+        ...
+
+
 class RemoteTextModel:
     """`TextModel` for serving in the HTTP process: facts kept, tokenizing by a call."""
 
-    def __init__(self, worker: Worker, facts: TextFacts) -> None:
+    def __init__(self, worker: Calls, facts: TextFacts) -> None:
         self._worker = worker
         self._facts = facts
 
@@ -129,7 +139,7 @@ class RemoteFimMediaModel(RemoteFimModel, RemoteMediaModel):
     """A remote model with fill-in-the-middle tokens that also reads images or audio."""
 
 
-def remote_text_model(worker: Worker, facts: TextFacts) -> RemoteTextModel:
+def remote_text_model(worker: Calls, facts: TextFacts) -> RemoteTextModel:
     """The serving side of a worker's text model."""
     fim, media = facts.fim_tokens is not None, facts.media_marker is not None
     if fim and media:
@@ -153,6 +163,9 @@ class RemoteHandle(RequestHandle):
         self._worker = worker
         self.stream_id: int | None = None
         self._ended = False
+        self.on_end: Callable[[TokenEvent | None], None] | None = None
+        """Called once on the event loop when the sequence ends: with its last event, or
+        None when it was cancelled first (a replica set counts its requests in flight)."""
 
     def fail(self, error: BaseException) -> None:
         """From the reader thread: the generation cannot go on (the worker died, or it could
@@ -166,40 +179,94 @@ class RemoteHandle(RequestHandle):
         self.deliver(TokenEvent("", (), error=engine_error))
 
     def receive(self, event: TokenEvent) -> None:
-        if ends(event):
+        if ends(event) and not self._ended:
             self._ended = True
+            self._end(event)
         super().receive(event)
 
     def cancel(self) -> None:
         if not self.cancelled and not self._ended and self.stream_id is not None:
             self._worker.cancel(self.stream_id)
+        if not self._ended:
+            self._ended = True
+            self._end(None)
         super().cancel()
 
+    def _end(self, event: TokenEvent | None) -> None:
+        if self.on_end is not None:
+            self.on_end(event)
 
-class RemoteEngine:
-    """The scheduler of a model in its worker, as serving submits to it."""
+
+class TextEngine(ABC):
+    """A text model's scheduler as serving submits to it: one worker's (`RemoteEngine`) or a
+    replica set's (`models/replica_engine.ReplicaEngine`)."""
+
+    def submit(
+        self, request_id: str, sequences: Sequence[TextSequence], route: RouteHint = NO_HINT
+    ) -> list[RequestHandle]:
+        """Queue every sequence of one request, all or none: their events arrive on the
+        returned handles, and a refusal (no room for all) is each one's first event;
+        EngineError if the worker is gone. The first prompt and `route` pick a replica."""
+        request = RouteRequest(sequences[0][0] if sequences else (), route)
+        return [*self.start(request_id, "generate", (list(sequences),), len(sequences), request)]
+
+    def submit_with_media(
+        self,
+        request_id: str,
+        prompt: MediaPrompt,
+        params: Sequence[SamplingParams],
+        route: RouteHint = NO_HINT,
+    ) -> list[RequestHandle]:
+        """Queue one sequence of a media prompt for each of `params`, as `submit` does: the
+        worker lays the prompt out first, and a prompt it refuses (its layout, or its length)
+        is each one's only event. Its tokens are the worker's: `route` alone picks a replica."""
+        args = (prompt, list(params))
+        request = RouteRequest((), route)
+        return [*self.start(request_id, "generate_with_media", args, len(params), request)]
+
+    @abstractmethod
+    def start(
+        self,
+        request_id: str,
+        method: str,
+        args: tuple[object, ...],
+        count: int,
+        route: RouteRequest,
+    ) -> Sequence[RequestHandle]:
+        """Start `count` sequences of one request, by the worker's `method`."""
+
+    @abstractmethod
+    def slots(self) -> list[SlotReport]:
+        """Each slot's state and its request's progress."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """End every generation running or waiting with a shutdown error."""
+
+    @abstractmethod
+    def slot_file(self, action: str, slot: int, filename: str) -> dict[str, Any]:
+        """llama-server's slot save, restore or erase (an EngineError says why not)."""
+
+    @abstractmethod
+    def prompt_cache(self) -> dict[str, Any]:
+        """The prompt cache's tiers, as /props shows them."""
+
+
+class RemoteEngine(TextEngine):
+    """The scheduler of a model in its worker."""
 
     def __init__(self, worker: Worker) -> None:
         self._worker = worker
 
-    def submit(self, request_id: str, sequences: Sequence[TextSequence]) -> list[RequestHandle]:
-        """Queue every sequence of one request, all or none: their events arrive on the
-        returned handles, and a refusal (no room for all) is each one's first event;
-        EngineError if the worker is gone."""
-        return self._start(request_id, "generate", (list(sequences),), len(sequences))
-
-    def submit_with_media(
-        self, request_id: str, prompt: MediaPrompt, params: Sequence[SamplingParams]
-    ) -> list[RequestHandle]:
-        """Queue one sequence of a media prompt for each of `params`, as `submit` does: the
-        worker lays the prompt out first, and a prompt it refuses (its layout, or its length)
-        is each one's only event."""
-        args = (prompt, list(params))
-        return self._start(request_id, "generate_with_media", args, len(params))
-
-    def _start(
-        self, request_id: str, method: str, args: tuple[object, ...], count: int
-    ) -> list[RequestHandle]:
+    def start(
+        self,
+        request_id: str,
+        method: str,
+        args: tuple[object, ...],
+        count: int,
+        route: RouteRequest,
+    ) -> list[RemoteHandle]:
+        """Start `count` sequences of one request on the worker, by `method`."""
         loop = asyncio.get_running_loop()
         handles = [RemoteHandle(request_id, loop, self._worker) for _ in range(count)]
         try:
@@ -208,7 +275,7 @@ class RemoteEngine:
             raise unavailable(exc) from exc
         for handle, stream_id in zip(handles, ids, strict=True):
             handle.stream_id = stream_id
-        return list(handles)
+        return handles
 
     def slots(self) -> list[SlotReport]:
         """Each slot's state and its request's progress (a call to the worker)."""

@@ -100,7 +100,10 @@ class SamplingFields(Strict):
     # OpenAI's cache-routing hint (Codex sends one per conversation).
     prompt_cache_key: Annotated[
         str | None,
-        NoEffect("the prefix cache matches the prompt's tokens themselves: a key adds nothing"),
+        NoEffect(
+            "keeps a conversation on one replica of a model served by several "
+            "(docs/replicas.md); one worker's prefix cache matches the prompt's tokens"
+        ),
     ] = None
     # llama-server's (and vLLM's) knobs; OpenAI clients send them through extra_body.
     top_k: int | None = Field(default=None, ge=0)

@@ -140,6 +140,9 @@ def props(model: LoadedModel, n_predict: int) -> dict[str, Any]:
     return {
         "default_generation_settings": {"n_ctx": n_ctx, "params": params},
         "total_slots": generator.n_slots,
+        # A replicated model's slots are per replica, and so are its threads.
+        "replicas": model.config.replicas,
+        "threads": model.config.threads,
         "batched_decode": generator.batched,
         "model_alias": model.name,
         "model_path": str(model.path),

@@ -13,6 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from mlxcel.engine.context import CONTEXT_LENGTH_EXCEEDED, context_overflow
 from mlxcel.engine.handle import RequestHandle
+from mlxcel.engine.replica_router import NO_HINT, RouteHint
 from mlxcel.engine.types import EngineError, SamplingParams, TokenEvent, TokenLogprob
 from mlxcel.logs import current_request
 from mlxcel.models.loaded import LoadedModel
@@ -78,6 +79,8 @@ class Generation:
     media_prompt: MediaPrompt | None = None
     prompt_param: str = "prompt"
     """The request field the prompt came from, named if the worker refuses its layout."""
+    route: RouteHint = NO_HINT
+    """Where a replicated model should send it, beside its prompt (its conversation)."""
 
 
 @dataclass
@@ -163,6 +166,7 @@ def prepare(
         constraint_param=constraint,
         media_prompt=media,
         prompt_param=prompt_param,
+        route=RouteHint(request.prompt_cache_key or request.user),
     )
 
 
@@ -234,8 +238,8 @@ def start_all(generations: Sequence[Generation]) -> list[RequestHandle]:
     try:
         if first.media_prompt is not None:
             params = [g.params for g in generations]
-            return engine.submit_with_media(log_id, first.media_prompt, params)
-        return engine.submit(log_id, [(g.prompt, g.params) for g in generations])
+            return engine.submit_with_media(log_id, first.media_prompt, params, first.route)
+        return engine.submit(log_id, [(g.prompt, g.params) for g in generations], first.route)
     except EngineError as exc:
         raise _engine_error(exc, first) from exc
 

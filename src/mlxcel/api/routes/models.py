@@ -38,6 +38,9 @@ def _listed(entry: ModelEntry, request: Request) -> dict[str, Any]:
     meta.update(device_split(getattr(entry.model, "generator", None)))
     if config.distributed is not None:
         meta["distributed"] = describe(config.distributed)
+    replicas = entry.replicas()
+    if replicas is not None:
+        meta["threads_per_replica"], meta["replicas"] = replicas
     listed: dict[str, Any] = {
         "id": entry.name,
         "object": "model",
