@@ -14,6 +14,7 @@ import mlxcel
 from mlxcel.cli.arguments import serve_arguments
 from mlxcel.cli.audio import audio_config
 from mlxcel.cli.encoders import encoder_config
+from mlxcel.cli.hub import add_hub_commands, run_hub
 from mlxcel.cli.launch import launch_arguments, launch_argv
 from mlxcel.cli.llama_server import check_llama_server_arguments
 from mlxcel.cli.media import media_policy
@@ -238,7 +239,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Start the server, taking mlx-openai-server's `launch` flags.",
     )
     launch_arguments(launch)
+    add_hub_commands(commands)
     args, unknown = parser.parse_known_args(argv)
+    if args.command in ("pull", "list", "rm"):
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return run_hub(parser, args)
     if unknown:
         # Said by the subcommand, so a typo in one of its flags shows its usage, not ours.
         (launch if args.command == "launch" else serve).error(
