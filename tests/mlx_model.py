@@ -90,9 +90,16 @@ def _tokenizer_config(tokenizer: Tokenizer) -> dict[str, Any]:
     }
 
 
+_ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
+
+
 def _model_config(architecture: str, vocab: int) -> dict[str, Any]:
     config: dict[str, Any] = {
-        "architectures": ["Qwen3ForCausalLM" if architecture == "qwen3" else "LlamaForCausalLM"],
+        "architectures": [_ARCHITECTURES[architecture]],
         "model_type": architecture,
         "hidden_size": HIDDEN,
         "intermediate_size": INTERMEDIATE,
@@ -142,6 +149,10 @@ def _weights(architecture: str, vocab: int, seed: int) -> dict[str, np.ndarray]:
             weights[f"{prefix}{name}.weight"] = normal(rows, cols, scale=cols**-0.5)
         weights[prefix + "input_layernorm.weight"] = norm(HIDDEN)
         weights[prefix + "post_attention_layernorm.weight"] = norm(HIDDEN)
+        if architecture == "qwen2":
+            # Qwen2's query, key and value projections have biases.
+            for name, (rows, _) in list(shapes.items())[:3]:
+                weights[f"{prefix}{name}.bias"] = normal(rows, scale=0.1)
         if architecture == "qwen3":
             weights[prefix + "self_attn.q_norm.weight"] = norm(HEAD_DIM)
             weights[prefix + "self_attn.k_norm.weight"] = norm(HEAD_DIM)
@@ -153,7 +164,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def build_model(target: Path, architecture: str = "llama", seed: int = 0) -> Path:
-    """Write a tiny `architecture` ("llama" or "qwen3") model into `target`; return it."""
+    """Write a tiny `architecture` ("llama", "qwen2" or "qwen3") model into `target`; return it."""
     target.mkdir(parents=True, exist_ok=True)
     tokenizer = _train_tokenizer()
     tokenizer.save(str(target / "tokenizer.json"))

@@ -57,8 +57,11 @@ class ServerProcess:
         env: dict[str, str] | None = None,
         log_path: Path | None = None,
         command: str = "serve",
+        prefix: tuple[str, ...] = (),
     ) -> None:
         self.subcommand = command
+        self.prefix = prefix
+        """What runs the command (`ip netns exec NS`: it execs it, so the pid stays its)."""
         self.socket_path = socket_path
         self.args = args
         self.env = {**os.environ, **(env or {})}
@@ -71,7 +74,7 @@ class ServerProcess:
             ["--socket", str(self.socket_path)] if self.socket_path else ["--port", str(self.port)]
         )
         threads = ["--threads", "1"] if self.subcommand == "serve" else []
-        self.command = [MLXCEL, self.subcommand, *where, *threads, *self.args]
+        self.command = [*self.prefix, MLXCEL, self.subcommand, *where, *threads, *self.args]
         self._log = open(self.log_path, "wb") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self.process = subprocess.Popen(
             self.command, stdout=self._log, stderr=subprocess.STDOUT, env=self.env

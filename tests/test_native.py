@@ -162,8 +162,10 @@ def test_prompt_as_token_ids_equals_prompt_as_text(http: httpx.Client) -> None:
 
 
 def test_completion_rejects_what_it_cannot_do(http: httpx.Client) -> None:
+    # This server loads no LoRA adapter: id 0 names none (docs/lora.md).
+    lora = http.post("/completion", json={"prompt": COUNTING, "lora": [{"id": 0, "scale": 1}]})
+    assert bad_request(lora)["param"] == "lora[0].id"
     for field, value in (
-        ("lora", [{"id": 0, "scale": 1}]),
         ("mirostat", 3),
         ("id_slot", 1),
         ("samplers", ["infill"]),

@@ -6,8 +6,9 @@ async () => {
   const { describeModels } = await import("/webui/models.js");
   const { requestBody } = await import("/webui/settings.js");
   const { streamStats, statsText } = await import("/webui/chat.js");
-  const { availablePanels, cosine, ranked } = await import("/webui/tools.js");
+  const { availablePanels, cosine, ranked, scoreInput } = await import("/webui/tools.js");
   const { defaultSettings, newConversation, titleOf } = await import("/webui/store.js");
+  const { pcm16Base64, pcm16Samples, realtimeUrl, sessionUpdate } = await import("/webui/realtime.js");
 
   const results = {};
   const same = (got, want) =>
@@ -96,6 +97,23 @@ async () => {
       [0, [["scores", [{ id: "e", capability: "embedding" }]]]]);
   });
 
+  check("live audio goes out as pcm16 and comes back the same", () => {
+    const samples = new Float32Array([0, 0.5, -0.5, 1, -1, 0.25]);
+    const back = Array.from(pcm16Samples(pcm16Base64(samples)), (x) => Math.round(x * 1000) / 1000);
+    return same([atob(pcm16Base64(samples)).length, back], [12, [0, 0.5, -0.5, 1, -1, 0.25]]);
+  });
+
+  check("the live session's url and first update", () =>
+    same(
+      [
+        realtimeUrl({ protocol: "https:", host: "h:1" }, "transcribe"),
+        realtimeUrl({ protocol: "http:", host: "h:1" }, "talk"),
+        sessionUpdate("transcribe", "w").session.type,
+        sessionUpdate("talk", "w").session.audio.input.turn_detection.type,
+      ],
+      ["wss://h:1/v1/realtime?intent=transcription", "ws://h:1/v1/realtime", "transcription", "server_vad"],
+    ));
+
   check("request leaves empty settings to the server", () =>
     same(requestBody(settings({}), "m", hello), {
       model: "m", messages: hello, stream: true, stream_options: { include_usage: true },
@@ -144,6 +162,22 @@ async () => {
   check("scores rank documents", () => {
     const scores = [cosine([1, 0], [1, 0]), cosine([1, 0], [0, 2]), cosine([0, 0], [1, 1])];
     return same([scores, ranked(["a", "b"], [0.1, 0.9]).map((r) => r.text)], [[1, 0, 0], ["b", "a"]]);
+  });
+  check("an image query leads the embedding input", () => {
+    const url = "data:image/png;base64,AAAA";
+    return same([scoreInput("q", null, ["d"]), scoreInput("q", url, ["d"])],
+      [["q", "d"], [{ type: "image_url", image_url: { url } }, "d"]]);
+  });
+  check("a multi-vector model is marked for MaxSim", () => {
+    const models = describeModels({ data: [
+      { id: "colbert", capabilities: ["embedding", "rerank"], multi_vector: true },
+      { id: "clip", capabilities: ["embedding"], multi_vector: false },
+    ] });
+    return same(availablePanels(models).map((p) => p.models), [[
+      { id: "colbert", capability: "rerank", multiVector: true },
+      { id: "colbert", capability: "embedding", multiVector: true },
+      { id: "clip", capability: "embedding" },
+    ]]);
   });
   check("titles", () => {
     const conversation = newConversation("m");

@@ -1,5 +1,6 @@
 """What a projector GGUF (mmproj) encodes, read from its header without loading it: the same
-`clip.has_vision_encoder` / `clip.has_audio_encoder` keys libmtmd reads."""
+`clip.has_vision_encoder` / `clip.has_audio_encoder` keys libmtmd reads; and any GGUF's
+metadata and size, for the Ollama API's model details."""
 
 from __future__ import annotations
 
@@ -67,3 +68,44 @@ def _skip(file: BinaryIO, kind: int) -> None:
         file.seek(_SIZES[kind], 1)
     else:
         raise ValueError(f"unknown GGUF value type {kind}")
+
+
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q"}
+_SCALARS.update({11: "<q", 12: "<d"})
+
+
+def gguf_summary(path: Path) -> tuple[dict[str, object], int]:
+    """Any GGUF's scalar metadata (strings and numbers; arrays left out) and its parameter
+    count (the tensors' elements), read from the header without loading it."""
+    stat = path.stat()
+    return _summary(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _summary(path: Path, mtime_ns: int, size: int) -> tuple[dict[str, object], int]:
+    values: dict[str, object] = {}
+    with path.open("rb") as file:
+        magic, _version, n_tensors, n_kv = struct.unpack("<4sIQQ", file.read(24))
+        if magic != b"GGUF":
+            raise ValueError(f"{path} is not a GGUF file")
+        for _ in range(n_kv):
+            key = _string(file)
+            kind = _u32(file)
+            if kind == _STRING:
+                values[key] = _string(file)
+            elif kind in _SCALARS:
+                fmt = _SCALARS[kind]
+                values[key] = struct.unpack(fmt, file.read(struct.calcsize(fmt)))[0]
+            else:
+                _skip(file, kind)
+        parameters = 0
+        for _ in range(n_tensors):
+            _string(file)
+            n_dims = _u32(file)
+            dims = struct.unpack(f"<{n_dims}Q", file.read(8 * n_dims))
+            file.seek(12, 1)  # the tensor's type and offset
+            count = 1
+            for dim in dims:
+                count *= dim
+            parameters += count
+    return values, parameters

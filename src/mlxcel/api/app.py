@@ -21,9 +21,13 @@ from mlxcel.api.routes import (
     embeddings,
     health,
     images,
+    lora,
     models,
     native,
     observe,
+    ollama,
+    ollama_models,
+    realtime,
     responses,
     text,
 )
@@ -61,6 +65,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(health.public)
     app.state.image_files = ImageFiles(config.image_url_ttl, config.image_url_max_mib << 20)
     app.state.image_limits = ImageLimits(config.image_max_pixels, config.image_max_steps)
+    app.state.realtime = config.realtime
+    app.state.realtime_sessions = set()
     for openai_routes in (
         models.listing,
         text.router,
@@ -71,10 +77,16 @@ def create_app(config: ServerConfig) -> FastAPI:
         app.include_router(openai_routes, prefix="/v1")
         # As llama-server does: a client whose base URL lacks /v1 still finds them.
         app.include_router(openai_routes, include_in_schema=False)
+    # A WebSocket route: its key is checked in the route (a browser sends it as a subprotocol).
+    app.include_router(realtime.router, prefix="/v1")
+    app.include_router(realtime.router, include_in_schema=False)
     app.include_router(models.router)
+    app.include_router(lora.router)
     app.include_router(native.router)
     app.include_router(embeddings.router)
     app.include_router(anthropic.router)
+    app.include_router(ollama.router)
+    app.include_router(ollama_models.router)
     app.include_router(observe.router)
     if config.webui:
         app.include_router(webui_router())

@@ -5,11 +5,12 @@ from __future__ import annotations
 import hmac
 
 from fastapi import Request
+from starlette.requests import HTTPConnection
 
 from mlxcel.protocol.errors import APIError
 
 
-def presented_key(request: Request) -> str | None:
+def presented_key(request: HTTPConnection) -> str | None:
     """The key a request carries, if any."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")

@@ -103,6 +103,7 @@ def guarded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
     class GuardedProtocol(H11Protocol):
         _timer: asyncio.TimerHandle | None = None
         _refused = False
+        _upgraded = False
         # The request head read so far: its size, and its last bytes (a CRLFCRLF may straddle).
         _head_bytes = 0
         _head_tail = b""
@@ -159,6 +160,14 @@ def guarded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
             self._head_bytes, self._head_tail = 0, b""
             return size > MAX_HEAD_BYTES
 
+        def handle_websocket_upgrade(self, event: h11.Request) -> None:
+            # The socket is the WebSocket protocol's from here: no timer of ours may write an
+            # HTTP answer into its frames (a /v1/realtime session outlives --body-timeout).
+            self._upgraded = True
+            self._cancel_timer()
+            waiting.pop(self, None)
+            super().handle_websocket_upgrade(event)
+
         def on_response_complete(self) -> None:
             super().on_response_complete()
             if not self.transport.is_closing():
@@ -171,6 +180,8 @@ def guarded_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
 
         def _track(self, after_response: bool = False) -> None:
             """Arm the timer the connection's state calls for."""
+            if self._upgraded:
+                return
             state = self.conn.their_state
             if state is h11.IDLE:
                 # Between requests uvicorn's keep-alive timer runs; once a byte of the next

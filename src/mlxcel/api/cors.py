@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mlxcel.api.hosts import json_error
-from mlxcel.config.settings import ANY_ORIGIN
+from mlxcel.api.hosts import deny_websocket, json_error
+from mlxcel.config.values import ANY_ORIGIN
 from mlxcel.protocol.errors import APIError
 
 METHODS = "GET, POST, DELETE, OPTIONS"
@@ -63,6 +63,9 @@ class Cors:
         self.hosts = hosts | LOOPBACK_NAMES if "localhost" in hosts else hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -89,6 +92,23 @@ class Cors:
             await send(message)
 
         await self.app(scope, receive, with_cors)
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A WebSocket from a page: the same policy, on its handshake (no preflight, no CORS
+        headers: a browser sends any page's socket, so the origin is the whole guard)."""
+        headers = Headers(scope=scope)
+        origin = headers.get("origin")
+        web = {"ws": "http", "wss": "https"}.get(scope["scheme"], scope["scheme"])
+        if (
+            origin is None
+            or self.any
+            or origin in self.origins
+            or self._host_allowed(origin)
+            or same_origin({**scope, "scheme": web}, origin, headers)
+        ):
+            await self.app(scope, receive, send)
+            return
+        await deny_websocket(scope, receive, send, _refused())
 
     def _host_allowed(self, origin: str) -> bool:
         if not self.hosts:

@@ -67,7 +67,7 @@ class HostAllowlist:
         return self.any or name in self.names or name.endswith(".localhost") or _is_address(name)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         # HTTP/1.1 requires the header (h11 refuses a request without it); 1.0 may omit it.
@@ -81,7 +81,10 @@ class HostAllowlist:
             "address or localhost, or start it with --allowed-hosts",
             code="host_not_allowed",
         )
-        await json_error(send, error)
+        if scope["type"] == "websocket":
+            await deny_websocket(scope, receive, send, error)
+        else:
+            await json_error(send, error)
 
 
 async def json_error(send: Send, error: APIError, body: bytes | None = None) -> None:
@@ -94,3 +97,18 @@ async def json_error(send: Send, error: APIError, body: bytes | None = None) -> 
     ]
     await send({"type": "http.response.start", "status": error.status, "headers": headers})
     await send({"type": "http.response.body", "body": data})
+
+
+async def deny_websocket(scope: Scope, receive: Receive, send: Send, error: APIError) -> None:
+    """Refuse a WebSocket before its upgrade: `error`'s status and envelope where the server
+    can answer the handshake with a response (uvicorn can), else a 403."""
+    await receive()  # websocket.connect
+    if "websocket.http.response" not in scope.get("extensions", {}):
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    data = json.dumps(error.body()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send(
+        {"type": "websocket.http.response.start", "status": error.status, "headers": headers}
+    )
+    await send({"type": "websocket.http.response.body", "body": data})

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 import mlxcel.protocol
 from mlxcel.api.auth import require_api_key
+from mlxcel.api.openapi_ollama import OLLAMA_ERROR, ollama_responses
 from mlxcel.api.openapi_requests import (
     BINARY,
     add_forms,
@@ -210,6 +211,7 @@ _BODIES: dict[tuple[str, str], tuple[dict[str, Any], bool]] = {
     ("post", "/v1/messages"): (MESSAGE, True),
     ("post", "/v1/messages/count_tokens"): (_object({"input_tokens": _INT}), False),
     ("get", "/slots"): ({"type": "array", "items": {"type": "object"}}, False),
+    ("post", "/slots/{id_slot}"): (_object({"id_slot": _INT}), False),
     ("post", "/v1/embeddings"): (EMBEDDINGS, False),
     ("post", "/embedding"): (NATIVE_EMBEDDINGS, False),
     ("post", "/embeddings"): ({"anyOf": [EMBEDDINGS, NATIVE_EMBEDDINGS]}, False),
@@ -231,6 +233,8 @@ _REASONS = {
     404: "No model, response or route by that name",
     409: "The model is in use",
     413: "The body is larger than the server takes",
+    500: "A slot file could not be written",
+    501: "Slot actions need --slot-save-path, and a model whose KV state can be saved",
     503: "Loading, busy (queue full or waited too long: Retry-After), or a model unavailable",
 }
 
@@ -242,8 +246,10 @@ def _statuses(method: str, path: str, secured: bool) -> list[int]:
     statuses = [400, 401, 403, 404, 503] if secured else [400, 403, 404, 503]
     if method in ("post", "put"):
         statuses.append(413)
-    if path == "/models/unload":
+    if path in ("/models/unload", "/v1/unload_lora_adapter"):
         statuses.append(409)
+    if path == "/slots/{id_slot}":
+        statuses += [500, 501]
     return sorted(statuses)
 
 
@@ -306,10 +312,15 @@ def _drop_refused(schemas: dict[str, Any]) -> None:
                 schema["required"] = [r for r in schema["required"] if r not in fields]
 
 
-def openapi_document(app: FastAPI, secured: bool, capabilities: set[Capability]) -> dict[str, Any]:
+def openapi_document(
+    app: FastAPI, secured: bool, capabilities: set[Capability], slot_files: bool = True
+) -> dict[str, Any]:
     """The document, built from the app's routes, of the operations models with these
-    capabilities serve."""
+    capabilities serve; the slot actions only where a model has --slot-save-path (elsewhere
+    they answer llama-server's 501, a server error)."""
     document = get_openapi(title=app.title, version=app.version, routes=app.routes)
+    if not slot_files:
+        document["paths"].pop("/slots/{id_slot}", None)
     schemas: dict[str, Any] = document.setdefault("components", {}).setdefault("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)
@@ -319,6 +330,7 @@ def openapi_document(app: FastAPI, secured: bool, capabilities: set[Capability])
     _drop_refused(schemas)
     schemas["Error"] = ERROR
     schemas["AnthropicError"] = ANTHROPIC_ERROR
+    schemas["OllamaError"] = OLLAMA_ERROR
     document["components"]["securitySchemes"] = {
         "bearer": {"type": "http", "scheme": "bearer", "description": "Authorization: Bearer KEY"},
         "apiKey": {"type": "apiKey", "in": "header", "name": "X-Api-Key"},
@@ -326,6 +338,8 @@ def openapi_document(app: FastAPI, secured: bool, capabilities: set[Capability])
     for path, operations in document["paths"].items():
         for method, operation in operations.items():
             operation["responses"] = _responses(method, path, secured, operation["responses"])
+            if path.startswith("/api/"):
+                operation["responses"] = ollama_responses(method, path, operation["responses"])
             if secured and path not in _PUBLIC:
                 operation["security"] = [{"bearer": []}, {"apiKey": []}]
     return document
@@ -337,9 +351,10 @@ def install_openapi(app: FastAPI, config: ServerConfig) -> None:
     capabilities = served_capabilities(config.models)
     cached: list[dict[str, Any]] = []
     dependencies = [] if config.public_openapi else [Depends(require_api_key)]
+    slot_files = any(model.slot_save_path is not None for model in config.models)
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=dependencies)
     async def document() -> JSONResponse:
         if not cached:
-            cached.append(openapi_document(app, secured, capabilities))
+            cached.append(openapi_document(app, secured, capabilities, slot_files))
         return JSONResponse(cached[0])

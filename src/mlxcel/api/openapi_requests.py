@@ -76,6 +76,8 @@ _NEEDS: dict[str, tuple[Capability, ...]] = {
     "/v1/embeddings": ("embedding",),
     "/embedding": ("embedding",),
     "/embeddings": ("embedding",),
+    "/api/embed": ("embedding",),
+    "/api/embeddings": ("embedding",),
     **{path: ("rerank",) for path in (*RERANK_PATHS, "/v2/rerank")},
     "/v1/audio/transcriptions": ("transcription",),
     "/v1/audio/translations": ("transcription",),

@@ -112,9 +112,11 @@ def _bind(config: ServerConfig) -> list[socket.socket]:
         socks = [_unix_socket(config.socket)]
     else:
         socks = []
+        ports = [config.port] if config.ollama_port is None else [config.port, config.ollama_port]
         try:
-            for host in config.hosts:
-                socks.append(_tcp_socket(host, config.port, len(config.hosts) > 1))
+            for port in ports:
+                for host in config.hosts:
+                    socks.append(_tcp_socket(host, port, len(config.hosts) > 1))
         except OSError:
             for sock in socks:
                 sock.close()
@@ -129,8 +131,10 @@ def _where(config: ServerConfig) -> str:
     """The addresses served, as URLs."""
     if config.socket:
         return f"unix:{config.socket}"
+    ports = [config.port] if config.ollama_port is None else [config.port, config.ollama_port]
     return ", ".join(
-        f"http://[{host}]:{config.port}" if ":" in host else f"http://{host}:{config.port}"
+        f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        for port in ports
         for host in config.hosts
     )
 
@@ -247,6 +251,9 @@ def serve(config: ServerConfig) -> int:
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=ABORT_GRACE_S,
+        # A realtime event past --realtime-max-message-bytes gets an error event and the
+        # session goes on; past four times it, the socket closes (1009).
+        ws_max_size=4 * config.realtime.max_message_bytes,
     )
     server = DrainingServer(
         uv_config,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from fastapi import Request
+from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mlxcel.logs import current_request
@@ -19,7 +19,7 @@ from mlxcel.protocol.errors import APIError, model_unavailable
 _LEASES = "model_leases"
 
 
-def loaded_registry(request: Request) -> ModelRegistry:
+def loaded_registry(request: HTTPConnection) -> ModelRegistry:
     """The registry, or 503 while the models load."""
     registry: ModelRegistry | None = request.app.state.registry
     if registry is None:
@@ -33,7 +33,7 @@ def loaded_registry(request: Request) -> ModelRegistry:
 
 
 def entry_for(
-    request: Request, name: str | None, capability: Capability | None = TEXT
+    request: HTTPConnection, name: str | None, capability: Capability | None = TEXT
 ) -> ModelEntry:
     """The configured model a request names: 404 if none by that name, 400 if it cannot do
     what the route does (`capability`; None: any model, by its name only)."""
@@ -67,7 +67,7 @@ def unavailable(exc: ModelUnavailable) -> APIError:
 
 
 async def model_for(
-    request: Request, name: str | None, capability: Capability = TEXT
+    request: HTTPConnection, name: str | None, capability: Capability = TEXT
 ) -> LoadedModel:
     """The loaded text model a request names, loaded first if need be, held until the
     response has been sent."""
@@ -77,7 +77,9 @@ async def model_for(
     return model
 
 
-async def encoder_for(request: Request, name: str | None, capability: Capability) -> LoadedEncoder:
+async def encoder_for(
+    request: HTTPConnection, name: str | None, capability: Capability
+) -> LoadedEncoder:
     """The loaded embedding or rerank model a request names, held as `model_for` holds one."""
     model = await served_for(request, name, capability)
     if not isinstance(model, LoadedEncoder):
@@ -85,7 +87,9 @@ async def encoder_for(request: Request, name: str | None, capability: Capability
     return model
 
 
-async def image_model_for(request: Request, name: str | None, capability: Capability) -> ImageModel:
+async def image_model_for(
+    request: HTTPConnection, name: str | None, capability: Capability
+) -> ImageModel:
     """The loaded image model a request names, held as `model_for` holds one."""
     model = await served_for(request, name, capability)
     if not isinstance(model, ImageModel):
@@ -93,7 +97,7 @@ async def image_model_for(request: Request, name: str | None, capability: Capabi
     return model
 
 
-async def served_for(request: Request, name: str | None, capability: Capability) -> Loaded:
+async def served_for(request: HTTPConnection, name: str | None, capability: Capability) -> Loaded:
     """The loaded model of any kind a request names, held until the response has been sent."""
     entry = entry_for(request, name, capability)
     registry = loaded_registry(request)
@@ -107,13 +111,14 @@ async def served_for(request: Request, name: str | None, capability: Capability)
 
 
 class HoldModels:
-    """ASGI middleware: release the models a request used once its response is sent."""
+    """ASGI middleware: release the models a request used once its response is sent (a
+    WebSocket's, once it closes)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         leases: list[Callable[[], None]] = []

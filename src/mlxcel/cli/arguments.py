@@ -6,12 +6,17 @@ import argparse
 from pathlib import Path
 
 from mlxcel.cli.audio import audio_arguments
+from mlxcel.cli.distributed import distributed_arguments
 from mlxcel.cli.encoders import encoder_arguments
 from mlxcel.cli.llama_server import llama_server_arguments
+from mlxcel.cli.lora import lora_arguments
 from mlxcel.cli.media import media_arguments
 from mlxcel.cli.models import SIDE_MODELS, add_image_url_flags
+from mlxcel.cli.realtime import realtime_arguments
+from mlxcel.cli.rpc import rpc_arguments
 from mlxcel.cli.security import security_arguments
 from mlxcel.config import settings as defaults
+from mlxcel.config.cores import default_threads
 from mlxcel.config.values import names, parse_size
 from mlxcel.logs import LOG_FORMATS, LOG_LEVELS
 from mlxcel.parsers.reasoning import PARSERS as REASONING_PARSERS
@@ -75,6 +80,13 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="TCP port to listen on (default: %(default)s)",
     )
     add(
+        "--ollama-port",
+        type=int,
+        metavar="PORT",
+        help="also listen on this TCP port (Ollama's is 11434), for clients with Ollama's "
+        "address built in; every route answers on both (default: none)",
+    )
+    add(
         "--socket",
         metavar="PATH",
         type=Path,
@@ -116,7 +128,7 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         "-t",
         "--threads",
         type=int,
-        default=defaults.default_threads(),
+        default=default_threads(),
         metavar="N",
         help="CPU threads for generation (default: %(default)s, the physical cores)",
     )
@@ -181,6 +193,29 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MiB",
         help="host memory for prompt KV state that slots give up, reused by later requests "
         "that share its prefix; -1 = no limit, 0 = off (default: %(default)s)",
+    )
+    add(
+        "--cache-disk",
+        type=Path,
+        metavar="DIR",
+        help="keep prompt KV state on disk under DIR too: what leaves the RAM cache, and every "
+        "state when the model unloads or the server stops, for later requests and restarts "
+        "(default: off)",
+    )
+    add(
+        "--cache-disk-max",
+        type=_memory_size,
+        default=defaults.DEFAULT_CACHE_DISK_MAX,
+        metavar="SIZE",
+        help="disk the prompt cache may use per model (bytes, 512M, 8G); least recently used "
+        f"states leave first (default: {defaults.DEFAULT_CACHE_DISK_MAX >> 30}G)",
+    )
+    add(
+        "--slot-save-path",
+        type=Path,
+        metavar="DIR",
+        help="where POST /slots/{id}?action=save|restore writes and reads slot files "
+        "(default: slot actions off)",
     )
     add(
         "--chat-template-file",
@@ -289,10 +324,14 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="text lines, or one JSON object per line for log shippers (default: %(default)s)",
     )
     llama_server_arguments(parser)
+    rpc_arguments(parser)
+    lora_arguments(parser)
     encoder_arguments(parser)
     audio_arguments(parser)
+    realtime_arguments(parser)
     media_arguments(parser)
     security_arguments(parser)
+    distributed_arguments(parser)
 
 
 def _memory_size(text: str) -> int:

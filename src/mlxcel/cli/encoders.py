@@ -43,7 +43,8 @@ def encoder_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="engine of an embedding or reranker model folder: auto is onnxruntime on Linux "
         "(measured faster there), mlx (mlx-embeddings, embeddings only) on Apple Silicon or for "
-        "an MLX-quantized folder, torch elsewhere; a GGUF runs on llama.cpp "
+        "an MLX-quantized folder, torch elsewhere; CLIP and SigLIP folders run on onnxruntime or "
+        "torch, ColBERT folders on torch; a GGUF runs on llama.cpp "
         "(default: %(default)s)",
     )
 

@@ -14,8 +14,8 @@ from mlxcel.config.settings import (
     DEFAULT_KV_CACHE_TYPE,
     KV_CACHE_TYPES,
     kv_cache_problem,
-    parse_origins,
 )
+from mlxcel.config.values import parse_origins
 
 # A --chat-template value that is one word: a built-in template's name, not Jinja text.
 _WORD = re.compile(r"^[\w.-]+$")

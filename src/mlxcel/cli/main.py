@@ -13,19 +13,24 @@ from pathlib import Path
 import mlxcel
 from mlxcel.cli.arguments import serve_arguments
 from mlxcel.cli.audio import audio_config
+from mlxcel.cli.distributed import distributed_config, serve_other_rank, with_split
 from mlxcel.cli.encoders import encoder_config
 from mlxcel.cli.hub import add_hub_commands, run_hub
 from mlxcel.cli.launch import launch_arguments, launch_argv
 from mlxcel.cli.llama_server import check_llama_server_arguments
+from mlxcel.cli.lora import check_lora_arguments, lora_adapters
 from mlxcel.cli.media import media_policy
 from mlxcel.cli.models import SIDE_MODELS, fail, file_models, side_models
+from mlxcel.cli.realtime import realtime_config
+from mlxcel.cli.rpc import check_rpc_arguments, rpc_server_arguments, run_rpc_server
 from mlxcel.cli.security import check_api_keys, security_settings
 from mlxcel.config import settings as defaults
 from mlxcel.config.file import (
     ConfigError,
     read_config,
 )
-from mlxcel.config.settings import ModelConfig, ServerConfig, parse_origins
+from mlxcel.config.settings import ModelConfig, ServerConfig
+from mlxcel.config.values import parse_origins
 from mlxcel.logs import configure
 from mlxcel.weights import WeightsError, hub_id, is_vision_folder, resolve_model
 
@@ -57,6 +62,7 @@ def _api_keys(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    check_lora_arguments(parser, args)
     for name in (
         "ctx_size",
         "threads",
@@ -75,6 +81,9 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error("--threads-batch must be at least 1")
     if not 0 < args.port < 65536:
         parser.error("--port must be between 1 and 65535")
+    ollama_port = getattr(args, "ollama_port", None)
+    if ollama_port is not None and not (0 < ollama_port < 65536 and ollama_port != args.port):
+        parser.error("--ollama-port must be between 1 and 65535, and not --port")
     if args.cache_ram < -1:
         parser.error("--cache-ram must be -1 (no limit), 0 (off) or a size in MiB")
     if args.chat_template_file is not None and not args.chat_template_file.is_file():
@@ -82,6 +91,7 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.p_less and args.p_less_norm:
         parser.error("set either --p-less or --p-less-norm, not both")
     check_llama_server_arguments(parser, args)
+    check_rpc_arguments(parser, args)
 
 
 def _model_flags(args: argparse.Namespace) -> ModelConfig:
@@ -103,6 +113,9 @@ def _model_flags(args: argparse.Namespace) -> ModelConfig:
         reasoning_parser=args.reasoning_parser,
         chat_template_file=args.chat_template_file,
         cache_ram_mib=args.cache_ram,
+        cache_disk=args.cache_disk,
+        cache_disk_max=args.cache_disk_max,
+        slot_save_path=args.slot_save_path,
         temperature=args.temp,
         top_p=args.top_p,
         top_k=args.top_k,
@@ -116,6 +129,9 @@ def _model_flags(args: argparse.Namespace) -> ModelConfig:
         chat_template_kwargs=json.loads(args.chat_template_kwargs or "{}"),
         jinja=args.jinja,
         n_gpu_layers=args.n_gpu_layers,
+        rpc=args.rpc,
+        tensor_split=args.tensor_split,
+        rpc_key_file=args.rpc_key_file,
         flash_attn=args.flash_attn,
         mmap=args.mmap,
         mlock=args.mlock,
@@ -145,10 +161,13 @@ def _flag_models(parser: argparse.ArgumentParser, args: argparse.Namespace) -> l
         fail(parser, str(exc))
     main = replace(
         _model_flags(args),
+        distributed=distributed_config(parser, args)[0],
         model=model,
         alias=args.alias,
         tags=args.tags,
         hub_id=hub_id(args.model),
+        lora_adapters=lora_adapters(parser, args),
+        lora_init_without_apply=args.lora_init_without_apply,
     )
     if is_vision_folder(model):
         # A folder with a vision tower is served as the vision model it is, as a config file's
@@ -179,6 +198,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         api_keys = tuple(dict.fromkeys((*api_keys, *server.pop("api_keys", ()))))  # type: ignore[misc]
         for item in file.ignored:
             logger.warning("%s: accepted, not acted on yet", item)
+    models = [with_split(parser, m) for m in models]
     check_api_keys(parser, api_keys)
     if args.api_key:
         logger.warning(
@@ -198,6 +218,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         log_format=args.log_format,
         webui=not args.no_webui,
         strict_model_names=args.strict_model_names,
+        ollama_port=getattr(args, "ollama_port", None),
         shutdown_timeout=args.shutdown_timeout,
         worker_timeout=args.worker_timeout,
         exit_on_stdin_close=args.exit_on_stdin_close,
@@ -206,6 +227,7 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
         media=media_policy(args),
         **encoder_config(parser, args),
         **audio_config(parser, args),
+        **realtime_config(parser, args),
         **security_settings(args),
         **server,  # type: ignore[arg-type]
     )
@@ -213,6 +235,11 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Server
 
 def _run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     configure(args.log_level, args.log_format)
+    group, rank = distributed_config(parser, args)
+    if group is not None and args.config is not None:
+        fail(parser, "--distributed splits -m's model; in --config, give a model `distributed:`")
+    if group is not None and rank > 0:
+        return serve_other_rank(group, rank)
     config = _config(parser, args)
     logging.getLogger().setLevel(config.log_level.upper())
     from mlxcel.api.server import serve
@@ -239,6 +266,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Start the server, taking mlx-openai-server's `launch` flags.",
     )
     launch_arguments(launch)
+    rpc_server = commands.add_parser(
+        "rpc-server",
+        help="lend this machine's devices to a GGUF model served elsewhere (serve --rpc)",
+        description="ggml's RPC server, from the build that serves the model.",
+    )
+    rpc_server_arguments(rpc_server)
     add_hub_commands(commands)
     args, unknown = parser.parse_known_args(argv)
     if args.command in ("pull", "list", "rm"):
@@ -247,9 +280,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_hub(parser, args)
     if unknown:
         # Said by the subcommand, so a typo in one of its flags shows its usage, not ours.
-        (launch if args.command == "launch" else serve).error(
+        {"launch": launch, "rpc-server": rpc_server}.get(args.command, serve).error(
             f"unrecognized arguments: {' '.join(unknown)}"
         )
+    if args.command == "rpc-server":
+        return run_rpc_server(rpc_server, args)
     if args.command == "launch":
         return _run_server(serve, serve.parse_args(launch_argv(launch, args)))
     return _run_server(serve, args)

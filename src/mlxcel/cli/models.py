@@ -10,8 +10,11 @@ from pathlib import Path
 from typing import NoReturn
 
 from mlxcel.backends.images.diffusers_engine import pipeline_layout_error
+from mlxcel.config.adapters import located, scaled
+from mlxcel.config.cores import usable_cores
 from mlxcel.config.engines import AUDIO_KINDS, side_model, unknown_audio_source
 from mlxcel.config.file import FileConfig, ModelSection, unservable
+from mlxcel.config.rpc import rpc_problem
 from mlxcel.config.settings import (
     DEFAULT_IMAGE_MAX_PIXELS,
     DEFAULT_IMAGE_MAX_STEPS,
@@ -20,7 +23,6 @@ from mlxcel.config.settings import (
     Kind,
     ModelConfig,
     speculation_problem,
-    usable_cores,
 )
 from mlxcel.weights import WeightsError, hub_id, resolve_model
 
@@ -124,7 +126,8 @@ def side_weights(kind: Kind, source: str) -> tuple[Path, str | None]:
         path = Path(source).expanduser()
         if not path.exists():
             raise WeightsError("no such file or folder")
-        if path.is_dir() and not (path / "config.json").is_file():
+        # modules.json: a sentence-transformers folder, whose modules hold their configs (CLIP).
+        if path.is_dir() and not any((path / n).is_file() for n in ("config.json", "modules.json")):
             raise WeightsError("not a model folder (no config.json)")
         if path.is_file() and path.suffix.lower() != ".gguf":
             raise WeightsError("not a GGUF file or a model folder")
@@ -168,6 +171,11 @@ def _file_model(
         source = str(beside)
     kind = values.get("kind", "text")
     try:
+        if "lora_scales" in values:
+            given = values.pop("lora_scales")
+            values["lora_adapters"] = scaled(values.get("lora_adapters", ()), given)
+        if "lora_adapters" in values:
+            values["lora_adapters"] = located(values["lora_adapters"], file.path.parent)
         if kind in ("text", "vision"):
             config = replace(base, model=resolve_model(source), hub_id=hub_id(source), **values)
             choose_backend(config.model, config.backend)
@@ -195,6 +203,10 @@ def _file_model(
     )
     if problem is not None:
         line = file.where(section.lines.get("cache_type_v", section.line))
+        fail(parser, f"{line}: {what}: {problem}")
+    problem = rpc_problem(config.rpc, config.rpc_key_file)
+    if problem is not None:
+        line = file.where(section.lines.get("rpc", section.line))
         fail(parser, f"{line}: {what}: {problem}")
     return config
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from mlxcel.backends.group import from_section
+from mlxcel.config import adapters, rpc
 from mlxcel.config import values as to
 from mlxcel.config.settings import (
     BACKENDS,
@@ -136,6 +138,9 @@ MODEL_KEYS: dict[str, tuple[str, to.Convert]] = {
     "chat_template_file": ("chat_template_file", to.path),
     "mmproj": ("mmproj", to.path),
     "cache_ram": ("cache_ram_mib", to.at_least(-1)),
+    "cache_disk": ("cache_disk", to.path),
+    "cache_disk_max": ("cache_disk_max", to.size),
+    "slot_save_path": ("slot_save_path", to.path),
     "temperature": ("temperature", to.number),
     "default_temperature": ("temperature", to.number),
     "top_p": ("top_p", to.number),
@@ -154,6 +159,9 @@ MODEL_KEYS: dict[str, tuple[str, to.Convert]] = {
     "chat_template_kwargs": ("chat_template_kwargs", to.template_vars),
     "jinja": ("jinja", to.boolean),
     "n_gpu_layers": ("n_gpu_layers", to.gpu_layers),
+    "rpc": ("rpc", rpc.rpc_servers),
+    "tensor_split": ("tensor_split", rpc.tensor_split),
+    "rpc_key_file": ("rpc_key_file", to.path),
     "flash_attn": ("flash_attn", to.switch),
     "mmap": ("mmap", to.boolean),
     "mlock": ("mlock", to.boolean),
@@ -172,6 +180,11 @@ MODEL_KEYS: dict[str, tuple[str, to.Convert]] = {
     "idle_timeout": ("idle_timeout", to.duration),
     "on_demand_idle_timeout": ("idle_timeout", to.duration),
     "pinned": ("pinned", to.boolean),
+    "lora_adapters": ("lora_adapters", adapters.from_config),
+    "lora_paths": ("lora_adapters", adapters.from_paths),
+    "lora_scales": ("lora_scales", adapters.scales),
+    "lora_init_without_apply": ("lora_init_without_apply", to.boolean),
+    "distributed": ("distributed", from_section),
     "embedding_engine": ("embedding_engine", to.choice(ENCODER_ENGINES)),
 }
 # mlx-openai-server's model keys we accept and do not act on yet (reported at startup).
@@ -182,8 +195,6 @@ MODEL_KEYS_IGNORED = frozenset(
         "quantize",
         "kv_group_size",
         "quantized_kv_start",
-        "lora_paths",
-        "lora_scales",
         "trust_remote_code",
         "disable_auto_resize",
         "group",

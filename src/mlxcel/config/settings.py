@@ -6,16 +6,16 @@
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
+from mlxcel.backends.embeddings.layout import folder_layout, layout_modalities
+from mlxcel.backends.group import DistributedConfig
+from mlxcel.config.adapters import LoraAdapter
+from mlxcel.config.cores import default_threads
+from mlxcel.config.realtime import RealtimeConfig
 from mlxcel.logs import LOG_FORMATS
 from mlxcel.media.policy import MediaLimits, MediaPolicy
 from mlxcel.mmproj import projector_modalities
@@ -34,6 +34,7 @@ DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 # Seconds a loaded worker may go without answering its heartbeat before it is killed.
 DEFAULT_WORKER_TIMEOUT = 30.0
 DEFAULT_CACHE_RAM_MIB = 2048
+DEFAULT_CACHE_DISK_MAX = 10 * 1024**3
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 # Connection hygiene (api/connections.py): seconds, and open client connections.
 DEFAULT_HEADER_TIMEOUT = 15.0
@@ -74,7 +75,6 @@ DEFAULT_MAX_AUDIO_SECONDS = MediaLimits().max_audio_seconds
 # ONNX Runtime on Linux, where bench/embeddings.py measured it ahead of torch, MLX
 # (mlx-embeddings) for embeddings on Apple Silicon or an MLX-quantized folder, else torch.
 ENCODER_ENGINES = ("auto", "onnxruntime", "torch", "mlx")
-ANY_ORIGIN = "*"
 
 Kind = Literal["text", "vision", "embedding", "rerank", "transcription", "speech", "image"]
 KINDS: tuple[Kind, ...] = (
@@ -100,29 +100,6 @@ KIND_NAMES: dict[Kind, str] = {
     "speech": "speech",
     "image": "image generation",
 }
-
-
-_HOST_NAME = re.compile(
-    r"^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$"
-)
-
-
-def parse_origins(value: str) -> tuple[str, ...]:
-    """--cors-origins: `*`, or comma-separated origins like http://localhost:3000 and bare host
-    names (`localhost`, `app.example`), which allow that host on http and https, any port."""
-    origins = tuple(o.strip().rstrip("/") for o in value.split(",") if o.strip())
-    if not origins:
-        raise ValueError("--cors-origins needs '*' or at least one origin")
-    for origin in origins:
-        if origin == ANY_ORIGIN or _HOST_NAME.match(origin):
-            continue
-        parts = urlsplit(origin)
-        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path:
-            raise ValueError(
-                f"--cors-origins: '{origin}' is not an origin "
-                "(scheme://host[:port], a host name, or '*')"
-            )
-    return origins
 
 
 def kv_cache_problem(cache_type_v: str, flash_attn: str) -> str | None:
@@ -158,39 +135,6 @@ def speculation_problem(
     return None
 
 
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
-
-
-def physical_cores() -> int:
-    """The usable cores as llama.cpp counts them for its default threads: the siblings of one
-    core (SMT, hyperthreads) count once; on Apple Silicon the performance cores."""
-    if sys.platform == "darwin":
-        command = ["sysctl", "-n", "hw.perflevel0.physicalcpu"]
-        found = subprocess.run(command, capture_output=True, text=True, check=False).stdout
-        return int(found) if found.strip().isdigit() else usable_cores()
-    try:
-        cores = {
-            Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text()
-            for cpu in os.sched_getaffinity(0)
-        }
-    except (AttributeError, OSError):
-        return usable_cores()
-    return max(1, len(cores))
-
-
-def default_threads() -> int:
-    """Threads for llama.cpp, as llama-server chooses them: the physical cores. The engine's
-    threads spin at each barrier of a step, so any other work on the machine (the HTTP side,
-    a client) slows a step; with every core theirs, as llama-server's are, the two servers
-    compare equal (`python bench/compare.py --threads default`)."""
-    return physical_cores()
-
-
 @dataclass(frozen=True)
 class ModelConfig:
     """One model the server serves: where it is, what it is called, and how it runs."""
@@ -221,6 +165,9 @@ class ModelConfig:
     reasoning_parser: str = "auto"
     chat_template_file: Path | None = None
     cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
+    cache_disk: Path | None = None
+    cache_disk_max: int = DEFAULT_CACHE_DISK_MAX  # bytes
+    slot_save_path: Path | None = None
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
@@ -234,6 +181,10 @@ class ModelConfig:
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict, hash=False)
     jinja: bool = True
     n_gpu_layers: int | None = None
+    # llama.cpp RPC hosts the layers spread over, their shares, the keyed channel's key.
+    rpc: tuple[str, ...] = ()
+    tensor_split: tuple[float, ...] = ()
+    rpc_key_file: Path | None = None
     flash_attn: str = "auto"
     mmap: bool = True
     mlock: bool = False
@@ -266,15 +217,28 @@ class ModelConfig:
     """Unload after this many seconds with no request running or queued; 0 = never."""
     pinned: bool = False
     """Never unloaded for idleness or to make room."""
+    lora_adapters: tuple[LoraAdapter, ...] = ()
+    """LoRA adapters loaded over it (config/adapters.py; docs/lora.md)."""
+    lora_init_without_apply: bool = False
+    """Its adapters start at global scale 0: a request (or POST /lora-adapters) applies them."""
+    distributed: DistributedConfig | None = None
+    """Split over the machines of a group (--distributed): this process is rank 0."""
 
     @property
     def input_modalities(self) -> tuple[str, ...]:
         """What its prompts may hold, as /v1/models lists it (a projector's, from its header)."""
         if self.mmproj is not None:
             return ("text", *projector_modalities(self.mmproj))
+        if self.kind == "embedding":
+            return layout_modalities(self.model)
         if self.kind != "vision":
             return ("text",)
         return ("text", "image", "audio") if hears(self.model) else ("text", "image")
+
+    @property
+    def multi_vector(self) -> bool:
+        """An embedding model that answers a matrix per input (late interaction, ColBERT)."""
+        return self.kind == "embedding" and folder_layout(self.model) == "late-interaction"
 
     def sampling_flags(self) -> dict[str, float | None]:
         """The sampling defaults set by flag or config (None: not set)."""
@@ -292,6 +256,8 @@ class ModelConfig:
         """The flags set that only the llama.cpp backend acts on."""
         flags = {
             "--n-gpu-layers": self.n_gpu_layers is not None,
+            "--rpc": bool(self.rpc),
+            "--tensor-split": bool(self.tensor_split),
             "--flash-attn": self.flash_attn != "auto",
             "--no-mmap": not self.mmap,
             "--mlock": self.mlock,
@@ -344,6 +310,8 @@ class ServerConfig:
     models: tuple[ModelConfig, ...]
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
+    ollama_port: int | None = None
+    """A second TCP port on the same hosts (--ollama-port), for clients built for Ollama's."""
     socket: Path | None = None
     api_keys: tuple[str, ...] = ()
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -396,6 +364,8 @@ class ServerConfig:
     image_max_steps: int = DEFAULT_IMAGE_MAX_STEPS
     """With image_max_pixels, the work one image request may ask for: images x steps x
     pixels at most image_max_pixels x image_max_steps."""
+    realtime: RealtimeConfig = field(default_factory=RealtimeConfig)
+    """/v1/realtime sessions: the models they join and their limits."""
 
     @property
     def hosts(self) -> tuple[str, ...]:

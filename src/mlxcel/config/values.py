@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from mlxcel.logs import LOG_LEVELS
 from mlxcel.memory import total_ram
@@ -170,3 +171,28 @@ def parse_size(text: str) -> int:
     if size <= 0:
         raise ValueError(f"'{text}': the size must be above 0")
     return size
+
+
+# --cors-origins: '*' allows any origin.
+ANY_ORIGIN = "*"
+_HOST_NAME = re.compile(
+    r"^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$"
+)
+
+
+def parse_origins(value: str) -> tuple[str, ...]:
+    """--cors-origins: `*`, or comma-separated origins like http://localhost:3000 and bare host
+    names (`localhost`, `app.example`), which allow that host on http and https, any port."""
+    origins = tuple(o.strip().rstrip("/") for o in value.split(",") if o.strip())
+    if not origins:
+        raise ValueError("--cors-origins needs '*' or at least one origin")
+    for origin in origins:
+        if origin == ANY_ORIGIN or _HOST_NAME.match(origin):
+            continue
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path:
+            raise ValueError(
+                f"--cors-origins: '{origin}' is not an origin "
+                "(scheme://host[:port], a host name, or '*')"
+            )
+    return origins

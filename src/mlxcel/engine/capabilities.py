@@ -32,6 +32,28 @@ class ReportsKvCache(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class DeviceInfo:
+    """A device a model's layers sit on: the local CPU, a GPU, or a remote RPC host."""
+
+    name: str
+    description: str
+    """What the device is; for an RPC device, the host the user named."""
+    layers: int
+    """Repeating layers and the output layer placed on it, as the backend assigned them."""
+    memory_bytes: int
+
+
+@runtime_checkable
+class ReportsDevices(Protocol):
+    """A generator that knows which devices its layers went to (/props, /v1/models)."""
+
+    @property
+    def devices(self) -> tuple[DeviceInfo, ...]:
+        """The devices, in the backend's order; empty where it does not say."""
+        ...
+
+
 @runtime_checkable
 class VerifiesDrafts(Protocol):
     """A generator whose step can verify a feed's draft tokens (speculative decoding)."""

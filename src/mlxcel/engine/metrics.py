@@ -46,6 +46,20 @@ class EngineMetrics:
             "ram_bytes": family(
                 Gauge, "mlxcel_prompt_cache_ram_bytes", "Bytes of KV state in the prompt cache"
             ),
+            "disk_loads": family(
+                Counter,
+                "mlxcel_prompt_cache_disk_loads",
+                "Requests whose prefix was loaded from the disk prompt cache",
+            ),
+            "disk_load_seconds": family(
+                Counter, "mlxcel_prompt_cache_disk_load_seconds", "Time spent loading from disk"
+            ),
+            "disk_entries": family(
+                Gauge, "mlxcel_prompt_cache_disk_entries", "States in the disk prompt cache"
+            ),
+            "disk_bytes": family(
+                Gauge, "mlxcel_prompt_cache_disk_bytes", "Bytes of the disk prompt cache"
+            ),
             "ttft": histogram(
                 "mlxcel_time_to_first_token_seconds", "Time from arrival to the first token"
             ),
@@ -124,6 +138,14 @@ class RecordsMetrics(Protocol):
         """What the host-memory prompt cache holds now."""
         ...
 
+    def disk_loaded(self, seconds: float) -> None:
+        """A request's prefix was loaded from the disk prompt cache in `seconds`."""
+        ...
+
+    def disk_size(self, entries: int, total_bytes: int) -> None:
+        """What the disk prompt cache holds now."""
+        ...
+
     def token(self, first: bool, seconds: float) -> None:
         """A token was generated `seconds` after arrival (first) or after the previous one."""
         ...
@@ -161,6 +183,8 @@ RECORDED = frozenset(
         "admitted",
         "cache_loaded",
         "cache_size",
+        "disk_loaded",
+        "disk_size",
         "token",
         "drafted",
         "stepped",
@@ -187,6 +211,8 @@ class ModelMetrics:
             f["ram_loads"].labels(model),
             f["ram_bytes"].labels(model),
         )
+        self._disk = [f[name].labels(model) for name in ("disk_loads", "disk_load_seconds")]
+        self._disk_size = [f[name].labels(model) for name in ("disk_entries", "disk_bytes")]
         self._generated = f["generated"].labels(model)
         self._ttft, self._itl = f["ttft"].labels(model), f["itl"].labels(model)
         self._drafted, self._accepted = f["drafted"].labels(model), f["accepted"].labels(model)
@@ -225,6 +251,16 @@ class ModelMetrics:
     def cache_size(self, total_bytes: int) -> None:
         """What the host-memory prompt cache holds now."""
         self._ram_bytes.set(total_bytes)
+
+    def disk_loaded(self, seconds: float) -> None:
+        """A request's prefix was loaded from the disk prompt cache in `seconds`."""
+        self._disk[0].inc()
+        self._disk[1].inc(seconds)
+
+    def disk_size(self, entries: int, total_bytes: int) -> None:
+        """What the disk prompt cache holds now."""
+        self._disk_size[0].set(entries)
+        self._disk_size[1].set(total_bytes)
 
     def token(self, first: bool, seconds: float) -> None:
         """A token was generated `seconds` after arrival (first) or after the previous one."""

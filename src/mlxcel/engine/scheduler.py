@@ -5,46 +5,46 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from functools import partial
+from typing import Any
 
 from mlxcel.engine import media
+from mlxcel.engine.adapters import (
+    AdapterSet,
+    EngineCalls,
+    SwitchesAdapters,
+    Turns,
+    adapter_refusal,
+    names_in_use,
+)
+from mlxcel.engine.cache_tiers import CacheTiers
 from mlxcel.engine.capabilities import SavesState
+from mlxcel.engine.feeds import next_feeds
 from mlxcel.engine.handle import EventSink
 from mlxcel.engine.metrics import RecordsMetrics
-from mlxcel.engine.prompt_cache import PromptCache, swap_cached
 from mlxcel.engine.sequence import Job, Running, about, slot_reports
-from mlxcel.engine.slots import SlotPool, SlotReport
+from mlxcel.engine.slots import SlotPool, SlotReport, SlotState
 from mlxcel.engine.speculation import Speculation
 from mlxcel.engine.speculative import SpeculativeConfig
 from mlxcel.engine.types import (
     EngineError,
-    Feed,
-    MediaSpan,
     PromptProgress,
     Sample,
-    SamplingParams,
     TextGenerator,
     TokenEvent,
     TokenLogprob,
     possible,
 )
+from mlxcel.engine.waiting import Admitted, SchedulerLimits, WaitingRoom
 
 logger = logging.getLogger(__name__)
 
-Admitted = tuple[EventSink, list[int], SamplingParams, tuple[MediaSpan, ...]]
-"""One sequence for `Scheduler.submit`: where its events go, its prompt, its sampling and the
-media spans of its prompt."""
+__all__ = ["Admitted", "Scheduler", "SchedulerLimits"]
 
-
-@dataclass(frozen=True)
-class SchedulerLimits:
-    """Admission settings: how many may wait, and for how long (seconds; 0 = forever)."""
-
-    queue_size: int
-    queue_timeout: float = 0.0
+SlotWork = Callable[[TextGenerator, SlotState], Any]
+"""Something done to one idle slot on the engine thread (a slot file's save or restore)."""
 
 
 class Scheduler:
@@ -57,7 +57,7 @@ class Scheduler:
         limits: SchedulerLimits,
         name: str,
         metrics: RecordsMetrics,
-        prompt_cache: PromptCache | None = None,
+        prompt_cache: CacheTiers | None = None,
         speculative: SpeculativeConfig | None = None,
     ) -> None:
         self._generator = generator
@@ -65,12 +65,15 @@ class Scheduler:
         # Saved slot states, when the generator can save them.
         saves = isinstance(generator, SavesState) and generator.can_save_state
         self._cache = prompt_cache if saves else None
-        self._limits = limits
         self._metrics = metrics
-        self._waiting: deque[Job] = deque()
-        self._wakeup = threading.Condition()
+        self._waiting = WaitingRoom(limits, generator.n_slots, metrics)
+        self._wakeup = self._waiting.wakeup
         self._pool = SlotPool(generator.n_slots)
         self._running: list[Running] = []
+        self._turns = Turns()
+        self._calls = EngineCalls()
+        self._active: AdapterSet = ()
+        self._slot_work: list[tuple[int, SlotWork, Future[Any]]] = []
         self._stopping = False
         self._thread: threading.Thread | None = None
 
@@ -80,19 +83,24 @@ class Scheduler:
         OpenMP keeps a thread pool per caller (docs/architecture.md, Measured choices)."""
         self._thread = threading.current_thread()
         while not self._stopping:
+            self._calls.run_pending()
+            self._do_slot_work()
             self._admit()
             self._drop_cancelled()
             if self._running:
                 self._step()
         shutting_down = EngineError("the server is shutting down", "shutting_down")
+        self._calls.cancel_all(shutting_down)
         for running in list(self._running):
             self._finish(running, "", error=shutting_down)
         with self._wakeup:
-            while self._waiting:
-                job = self._waiting.popleft()
-                self._metrics.finished("error")
-                job.handle.deliver(TokenEvent("", (), error=shutting_down))
+            self._waiting.drain(shutting_down)
             self._update_gauges()
+            for *_, future in self._slot_work:
+                future.set_exception(shutting_down)
+        if self._cache is not None and isinstance(self._generator, SavesState):
+            # Drained to disk: this engine's states outlive it (SIGTERM, unload, eviction).
+            self._cache.drain(self._generator, self._pool.slots, self._metrics)
 
     def stop(self) -> None:
         """Finish the engine thread; running and waiting requests end with an error."""
@@ -107,33 +115,30 @@ class Scheduler:
         its events go to and the media spans of its prompt), or none of them: raises
         EngineError(code='server_busy') when there is no room for all."""
         with self._wakeup:
-            most = self._limits.queue_size + self._generator.n_slots
-            room = self._limits.queue_size + self._pool.free_count - len(self._waiting)
-            if len(sequences) > room:
-                self._metrics.rejected("queue_full")
-                if len(sequences) > most:
-                    message = (
-                        f"the request needs {len(sequences)} sequences but the server runs "
-                        f"{self._generator.n_slots} and queues {self._limits.queue_size}"
-                    )
-                else:
-                    message = "the server is busy: request queue is full"
-                raise EngineError(message, "server_busy")
-            self._waiting.extend(Job(*sequence) for sequence in sequences)
+            self._waiting.add(sequences, self._pool.free_count)
             self._update_gauges()
             self._wakeup.notify()
         for sink, *_ in sequences:
             sink.when_cancelled(partial(self._withdraw, sink))
 
+    def call(self, call: Callable[[], Any]) -> Future[Any]:
+        """Run `call` on the engine thread between two steps (loading an adapter)."""
+        future = self._calls.submit(call)
+        with self._wakeup:
+            self._wakeup.notify()
+        return future
+
+    def adapters_in_use(self) -> set[str]:
+        """The adapters that running or waiting sequences run with (on the engine thread)."""
+        with self._wakeup:
+            waiting = [job.params.adapters for job in self._waiting]
+        return names_in_use([*waiting, *(r.job.params.adapters for r in self._running)])
+
     def _withdraw(self, handle: EventSink) -> None:
         """A request was cancelled: a waiting one leaves the queue now; a running one is
         dropped by the engine thread, which this wakes."""
         with self._wakeup:
-            job = next((j for j in self._waiting if j.handle is handle), None)
-            if job is not None:
-                self._waiting.remove(job)
-                logger.info("cancelled while waiting for a slot", extra=about(job))
-                self._metrics.finished("cancelled")
+            if self._waiting.withdraw(handle):
                 self._update_gauges()
             self._wakeup.notify()
 
@@ -141,34 +146,42 @@ class Scheduler:
         """A snapshot for /slots: each slot's state and its request's progress."""
         return slot_reports(self._pool.slots, self._running)
 
+    def when_idle(self, slot: int, work: SlotWork) -> Future[Any]:
+        """Do `work` on the engine thread once slot `slot` is free (llama-server defers a slot
+        action on a busy slot); its result or exception."""
+        future: Future[Any] = Future()
+        with self._wakeup:
+            self._slot_work.append((slot, work, future))
+            self._wakeup.notify()
+        return future
+
+    def _do_slot_work(self) -> None:
+        with self._wakeup:
+            due = [w for w in self._slot_work if not self._pool.slots[w[0]].busy]
+            self._slot_work = [w for w in self._slot_work if w not in due]
+        for slot, work, future in due:
+            try:
+                future.set_result(work(self._generator, self._pool.slots[slot]))
+            except Exception as exc:
+                future.set_exception(exc)
+
     def _next_job(self) -> Job | None:
         """The next waiting job to start, answering the ones that waited too long."""
         with self._wakeup:
-            if not self._running and not self._waiting and not self._stopping:
+            idle = not (self._running or self._waiting or self._calls.waiting or self._slot_work)
+            if idle and not self._stopping:
                 self._wakeup.wait(timeout=0.5)
-            timeout = self._limits.queue_timeout
-            while self._waiting:
-                job = self._waiting[0]
-                expired = timeout > 0 and time.monotonic() - job.arrived > timeout
-                free = self._pool.can_take(job.params.id_slot)
-                if not expired and not free:
-                    return None
-                self._waiting.popleft()
-                if not expired:
-                    return job
-                self._metrics.rejected("queue_timeout")
-                message = f"the request waited more than {timeout:g}s for a slot"
-                job.handle.deliver(TokenEvent("", (), error=EngineError(message, "server_busy")))
-            return None
+            return self._waiting.next_job(self._pool.can_take)
 
     def _admit(self) -> None:
         while (job := self._next_job()) is not None:
-            slot, shared = self._pool.choose(job.prompt, job.params.id_slot)
+            adapters = job.params.adapters
+            slot, shared = self._pool.choose(job.prompt, job.params.id_slot, adapters)
             # cache_prompt false: the prompt is evaluated from its first token.
-            cached = self._swap_cached(slot, shared, job.prompt) if job.params.cache_prompt else 0
+            cached = self._swap_cached(slot, shared, job) if job.params.cache_prompt else 0
             cached = media.reusable(job.media, cached)
             with self._wakeup:
-                self._pool.claim(slot, job.handle.request_id, cached)
+                self._pool.claim(slot, job.handle.request_id, cached, adapters)
             error = self._open(job, slot, cached)
             if error is not None:
                 with self._wakeup:
@@ -185,16 +198,19 @@ class Scheduler:
                 job.handle.deliver(running.event("", progress=progress, now=running.started))
         self._update_gauges()
 
-    def _swap_cached(self, slot: int, shared: int, prompt: list[int]) -> int:
+    def _swap_cached(self, slot: int, shared: int, job: Job) -> int:
         """The prompt tokens the slot holds once the prompt cache had its say."""
         generator, cache = self._generator, self._cache
         if cache is None or not isinstance(generator, SavesState):
             return shared
-        state = self._pool.slots[slot]
-        return swap_cached(cache, generator, slot, state, shared, prompt, self._metrics)
+        state, metrics, adapters = self._pool.slots[slot], self._metrics, job.params.adapters
+        return cache.swap(generator, slot, state, shared, job.prompt, metrics, adapters)
 
     def _open(self, job: Job, slot: int, cached: int) -> EngineError | None:
         """Set the slot up for the job; what went wrong, if anything."""
+        refusal = adapter_refusal(self._generator, job.params.adapters)
+        if refusal is not None:
+            return EngineError(refusal, "invalid_request_error", "lora")
         try:
             self._generator.open_slot(slot, job.params, reuse=cached)
         except EngineError as exc:
@@ -223,53 +239,18 @@ class Scheduler:
             logger.info("cancelled after %d tokens", running.generated, extra=about(running.job))
             self._release(running, "cancelled")
 
-    def _prompt_budget(self, room: int) -> int:
-        """Prompt tokens this step may feed, of the `room` the batch has.
-
-        A prompt alone takes the whole batch. With other sequences running, a step's prompt
-        chunks stop at half of it: a step costs about its token count, so two 128-token
-        prompts a step instead of four halve the median time to first token of a wave of
-        arrivals (each comes out a step sooner) and halve each stall of the decoding
-        streams, for the same work in all (bench figures in the commit that made it)."""
-        if len(self._running) == 1:
-            return room
-        return min(room, max(1, self._generator.max_feed_tokens // 2))
-
-    def _feeds(self) -> list[Feed]:
-        decoding = [r for r in self._running if not r.prefilling]
-        room = max(1, self._generator.max_feed_tokens - len(decoding))
-        budget = self._prompt_budget(room)
-        prompts = []
-        waiting = False  # a prompt left with more to feed after this step
-        for r in self._running:
-            if not r.prefilling:
-                continue
-            if budget <= 0:
-                waiting = True
-                continue
-            end = media.chunk_end(r.job.media, r.fed, budget, len(r.job.prompt))
-            chunk = r.job.prompt[r.fed : end]
-            budget -= len(chunk)
-            room -= len(chunk)
-            # With no token to generate (max_tokens 0) the prompt is only evaluated.
-            last = end == len(r.job.prompt)
-            waiting = waiting or not last
-            sample = last and r.job.params.max_tokens > 0
-            rows = media.rows_in(r.job.media, r.fed, end)
-            mrope = media.mrope_in(r.job.media, r.fed, end)
-            prompts.append(Feed(r.slot, chunk, sample, rows, mrope=mrope))
-        # Drafts take what the prompts leave of the batch, so they never delay a first token:
-        # nothing beyond the prompts' budget while a prompt still waits for more of it.
-        drafts = self._speculation.drafts(decoding, budget if waiting else room)
-        feeds = [
-            Feed(r.slot, (r.last_token,), True, draft=draft)
-            for r, draft in zip(decoding, drafts, strict=True)
-        ]
-        return feeds + prompts
+    def _adapter_turn(self) -> list[Running]:
+        """The running sequences of the adapter set whose turn this step is, that set on."""
+        turn = self._turns.pick([r.job.params.adapters for r in self._running])
+        generator = self._generator
+        if turn != self._active and isinstance(generator, SwitchesAdapters):
+            generator.lora.apply(turn)
+            self._active = turn
+        return [r for r in self._running if r.job.params.adapters == turn]
 
     def _step(self) -> None:
-        feeds = self._feeds()
         try:
+            feeds = next_feeds(self._adapter_turn(), self._generator, self._speculation)
             samples = self._generator.step(feeds)
         except Exception as exc:
             logger.exception("engine step failed")
@@ -391,6 +372,8 @@ class Scheduler:
         prompt_ms, predicted_ms = running.elapsed_ms(time.monotonic())
         length = len(running.job.prompt) + running.generated
         self._metrics.measured(length, prompt_ms / 1e3, predicted_ms / 1e3)
+        if self._cache is not None and running.first_time is not None:
+            self._cache.prefilled(len(running.job.prompt) - running.cached, prompt_ms / 1e3)
         try:
             self._generator.close_slot(running.slot)
         finally:

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from mlxcel.engine.adapters import AdapterSet
+
 
 @dataclass
 class SlotState:
@@ -20,6 +22,8 @@ class SlotState:
     busy: bool = False
     last_used: float = 0.0
     request_id: str | None = None
+    adapters: AdapterSet = ()
+    """The LoRA adapters its KV state was computed with: another set shares none of it."""
 
 
 class SlotReport(NamedTuple):
@@ -62,8 +66,11 @@ class SlotPool:
         """Whether a request could start now in slot `pinned` (-1: in any slot)."""
         return self.has_free if pinned < 0 else not self.slots[pinned].busy
 
-    def choose(self, prompt: list[int], pinned: int = -1) -> tuple[int, int]:
-        """The free slot for `prompt` and how many of its tokens already sit in its KV state.
+    def choose(
+        self, prompt: list[int], pinned: int = -1, adapters: AdapterSet = ()
+    ) -> tuple[int, int]:
+        """The free slot for `prompt` and how many of its tokens already sit in its KV state
+        (computed with the same `adapters`: a slot of another set shares nothing).
 
         `pinned` >= 0 asks for that slot. At least one prompt token is always left to
         evaluate, since sampling needs its logits.
@@ -72,7 +79,8 @@ class SlotPool:
         for index, slot in enumerate(self.slots):
             if slot.busy or pinned not in (-1, index):
                 continue
-            shared = min(common_prefix(slot.tokens, prompt), len(prompt) - 1)
+            held = slot.tokens if slot.adapters == adapters else ()
+            shared = min(common_prefix(held, prompt), len(prompt) - 1)
             better = shared > best_shared or (
                 shared == best_shared and slot.last_used < self.slots[best].last_used
             )
@@ -82,12 +90,14 @@ class SlotPool:
             raise RuntimeError("no free slot")
         return best, best_shared
 
-    def claim(self, index: int, request_id: str, kept: int) -> None:
-        """Give the slot to a request that keeps the first `kept` tokens of its state."""
+    def claim(self, index: int, request_id: str, kept: int, adapters: AdapterSet = ()) -> None:
+        """Give the slot to a request that keeps the first `kept` tokens of its state and
+        runs with `adapters`."""
         slot = self.slots[index]
         slot.busy = True
         slot.request_id = request_id
         slot.tokens = slot.tokens[:kept]
+        slot.adapters = adapters
 
     def fed(self, index: int, tokens: Sequence[int]) -> None:
         """Record tokens evaluated into a slot's KV state."""

@@ -8,6 +8,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from mlxcel.engine.adapters import AdapterSet
 from mlxcel.engine.positions import MropePositions
 
 DRY_BREAKERS = ("\n", ":", '"', "*")
@@ -98,6 +99,9 @@ class SamplingParams:
     """The slot to run in (-1: whichever suits)."""
     return_progress: bool = False
     """Send prompt-processing progress events while the prompt is evaluated."""
+    adapters: AdapterSet = ()
+    """The LoRA adapters it runs with and their scales (engine/adapters.py): part of what a
+    cached prefix is keyed by, and what a replica router may route by."""
 
 
 @dataclass(frozen=True)

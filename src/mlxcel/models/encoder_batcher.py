@@ -23,13 +23,10 @@ T = TypeVar("T")
 
 @dataclass
 class _Job(Generic[T]):
-    items: list[list[int]]
+    items: list[Any]
     future: asyncio.Future[list[T]]
     loop: asyncio.AbstractEventLoop
-
-    @property
-    def tokens(self) -> int:
-        return sum(len(i) for i in self.items)
+    tokens: int
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -45,9 +42,17 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 class EncoderBatcher(Generic[T]):
     """One thread that owns an encoder and runs its queued inputs in shared batches."""
 
-    def __init__(self, run: Callable[[list[list[int]]], list[T]], budget: int, name: str) -> None:
+    def __init__(
+        self,
+        run: Callable[[list[Any]], list[T]],
+        budget: int,
+        name: str,
+        cost: Callable[[Any], int] = len,
+    ) -> None:
         self._run = run
         self._budget = budget
+        self._cost = cost
+        """What one input takes of the budget: a text its tokens, an image its patches."""
         self._jobs: deque[_Job[T]] = deque()
         self._ready = threading.Condition()
         self._stopped = False
@@ -56,12 +61,13 @@ class EncoderBatcher(Generic[T]):
         self._thread = threading.Thread(target=self._loop, name=f"encoder-{name}", daemon=True)
         self._thread.start()
 
-    async def submit(self, items: list[list[int]]) -> list[T]:
+    async def submit(self, items: list[Any]) -> list[T]:
         """Each input's result, once a batch holding them has run."""
         if not items:
             return []
         loop = asyncio.get_running_loop()
-        job: _Job[T] = _Job(items, loop.create_future(), loop)
+        tokens = sum(self._cost(item) for item in items)
+        job: _Job[T] = _Job(items, loop.create_future(), loop, tokens)
         with self._ready:
             if self._stopped:
                 raise RuntimeError("the model is unloading")

@@ -4,6 +4,7 @@ errors the registry's lookups and lifecycle raise."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from typing import Literal
 
 from mlxcel.config.settings import ModelConfig
 from mlxcel.memory import weights_bytes
+from mlxcel.models.adapters import AdapterTable
 from mlxcel.models.loaded import CAPABILITIES, Capability, Loaded
 
 # A model that failed may be loaded again this many times per window before its requests are
@@ -62,6 +64,22 @@ class ModelEntry:
     failures: deque[float] = field(default_factory=deque)
     size: int | None = None
     """What the model took when it last loaded, measured: its worker's resident memory."""
+    keep_alive: float | None = None
+    """Seconds it stays loaded once idle, as the last request's keep_alive set it (Ollama's
+    API; math.inf: forever); None: its configured idle timeout."""
+
+    @property
+    def idle_timeout(self) -> float:
+        """Seconds idle before it is unloaded; 0: never."""
+        if self.keep_alive is None:
+            return self.config.idle_timeout
+        return 0.0 if math.isinf(self.keep_alive) else max(self.keep_alive, 1e-9)
+
+    adapters: AdapterTable = field(init=False)
+    """Its LoRA adapters, those configured and those loaded at run time."""
+
+    def __post_init__(self) -> None:
+        self.adapters = AdapterTable(self.config)
 
     @property
     def name(self) -> str:
@@ -79,11 +97,15 @@ class ModelEntry:
         """What the model can do."""
         # A text model given a vision projector is a vision model.
         kind = "vision" if self.config.mmproj is not None else self.config.kind
+        if self.config.multi_vector:
+            # A late-interaction model reranks by MaxSim too.
+            return (*CAPABILITIES[kind], "rerank")
         return CAPABILITIES[kind]
 
     def answers_to(self, name: str) -> bool:
         """Whether a request's `model` field means this model."""
-        return name in (*self.config.names, str(self.config.model), self.config.model.name)
+        names = (*self.config.names, str(self.config.model), self.config.model.name)
+        return name in names or self.adapters.named_in(name, self.config.names) is not None
 
     @property
     def expected_size(self) -> int:

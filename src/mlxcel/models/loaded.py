@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -10,6 +10,7 @@ from mlxcel.config.engines import backend_label
 from mlxcel.config.settings import Kind, ModelConfig
 from mlxcel.engine.sampling import SamplingDefaults
 from mlxcel.engine.types import ChatTemplate, TextModel
+from mlxcel.models.adapters import AdapterTable
 from mlxcel.models.audio import SpeechModel, TranscriptionModel
 from mlxcel.models.encoders import EmbeddingModel, RerankModel
 from mlxcel.models.images import ImageModel, served_image_model
@@ -82,6 +83,11 @@ class LoadedModel:
     """The template its chats render with (the model's own unless a flag chose another)."""
     tool_call_parser: str
     """The parser for tool calls: the configured one, or with `auto` the template's."""
+    adapters: AdapterTable = field(init=False)
+    """Its LoRA adapters (its registry entry's table, shared)."""
+
+    def __post_init__(self) -> None:
+        self.adapters = AdapterTable(self.config)
 
     @property
     def name(self) -> str:

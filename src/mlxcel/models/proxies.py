@@ -23,9 +23,10 @@ import numpy as np
 from mlxcel.backends.audio.encode import SpeechFormat
 from mlxcel.backends.audio.speech import SpeechJob, Voice
 from mlxcel.backends.audio.transcript import Segment, TranscribeJob, TranscriptInfo
-from mlxcel.backends.embeddings import EncoderInfo
+from mlxcel.backends.embeddings import EncoderInfo, Unreadable
 from mlxcel.engine.handle import call_on_loop
 from mlxcel.engine.image_types import ImageEvent, ImageJob, ImageModelInfo, ImageResult
+from mlxcel.media.images import EncodedImage
 from mlxcel.models.remote import Worker, WorkerGone
 from mlxcel.models.textgen import unavailable
 from mlxcel.wire.facts import (
@@ -159,6 +160,14 @@ class RemoteEmbedder(_Remote):
         vectors: list[np.ndarray] = self._worker.call("embed", batch)
         return vectors
 
+    def tokenize_queries(self, texts: list[str]) -> list[list[int]]:
+        tokens: list[list[int]] = self._worker.call("tokenize_queries", texts)
+        return tokens
+
+    def embed_images(self, images: list[EncodedImage]) -> list[np.ndarray | Unreadable]:
+        vectors: list[np.ndarray | Unreadable] = self._worker.call("embed_images", images)
+        return vectors
+
 
 class RemoteReranker(_Remote):
     """`Reranker` in a worker."""
@@ -194,6 +203,12 @@ class RemoteTranscriber(_Remote):
     def transcribe(self, job: TranscribeJob) -> AsyncIterator[TranscriptInfo | Segment]:
         """The info, then each segment as the worker decodes it."""
         return streamed_async(self._worker, "transcribe", job, start_on_thread=True)
+
+    def speech_probabilities(self, samples: np.ndarray, context: np.ndarray | None) -> np.ndarray:
+        """Silero's probability of speech per 32 ms window of 16 kHz `samples`, reckoned in the
+        worker (blocking: call on a thread)."""
+        scores: np.ndarray = self._worker.call("speech_probabilities", samples, context)
+        return scores
 
 
 class RemoteSynthesizer(_Remote):

@@ -35,6 +35,7 @@ from mlxcel.models.loaded import (
     CAPABILITY_NAMES,
     Capability,
     Loaded,
+    LoadedModel,
     served,
 )
 from mlxcel.models.remote import Worker
@@ -221,7 +222,7 @@ class ModelRegistry:
 
     def _start_worker(self, entry: ModelEntry, loop: asyncio.AbstractEventLoop) -> Loaded:
         """Start the model's worker process and wait for the model to load there (a thread)."""
-        config = entry.config
+        config = entry.adapters.configured(entry.config)
 
         def on_exit(worker: Worker, reason: str) -> None:
             loop.call_soon_threadsafe(self._died, entry, worker, reason)
@@ -230,7 +231,10 @@ class ModelRegistry:
         worker, facts = Worker.start(
             config, setup, self._metrics.bind(entry.name), on_exit, self._worker_timeout
         )
-        return served(config, worker, facts)
+        model = served(config, worker, facts)
+        if isinstance(model, LoadedModel):
+            model.adapters = entry.adapters
+        return model
 
     def _died(self, entry: ModelEntry, worker: Worker, reason: str) -> None:
         """A loaded model's worker ended on its own: the model failed; its next request
@@ -353,20 +357,15 @@ class ModelRegistry:
                 raise outcome
 
     async def watch_idle(self) -> None:
-        """Forever: unload each model idle for longer than its idle timeout (unless pinned)."""
-        timeouts = [
-            e.config.idle_timeout
-            for e in self._entries
-            if e.config.idle_timeout > 0 and not e.config.pinned
-        ]
-        if not timeouts:
-            return
-        poll = min(IDLE_POLL_MAX_S, max(IDLE_POLL_MIN_S, min(timeouts) / 4))
+        """Forever: unload each model idle for longer than its idle timeout (unless pinned);
+        a request's keep_alive may set one for a model that has none."""
         while True:
-            await asyncio.sleep(poll)
+            timeouts = [e.idle_timeout for e in self._entries if not e.config.pinned]
+            shortest = min((t for t in timeouts if t > 0), default=4 * IDLE_POLL_MAX_S)
+            await asyncio.sleep(min(IDLE_POLL_MAX_S, max(IDLE_POLL_MIN_S, shortest / 4)))
             now = time.monotonic()
             for entry in self._entries:
-                timeout = entry.config.idle_timeout
+                timeout = entry.idle_timeout
                 if (
                     timeout > 0
                     and not entry.config.pinned

@@ -30,7 +30,9 @@ from mlxcel.engine.types import EngineError
 from mlxcel.logs import current_request
 from mlxcel.memory import resident_bytes
 from mlxcel.models.heartbeat import Heartbeat
+from mlxcel.models.rpc_hosts import rpc_hosts_note
 from mlxcel.wire.messages import (
+    Broken,
     Call,
     Cancel,
     LoadFailed,
@@ -97,6 +99,7 @@ class Worker:
         heartbeat_timeout: float,
     ) -> None:
         self.name = config.served_name
+        self._config = config
         self._process = process
         self._conn = conn
         self._metrics = metrics
@@ -107,6 +110,8 @@ class Worker:
         self._streams: dict[int, Receiver] = {}
         self._ready: Future[Any] = Future()
         self._gone: str | None = None
+        # What a worker that ends itself said first (a model over machines that lost a rank).
+        self._broken: str | None = None
         # Set at shutdown (`abort`): what every call and stream fails with from then on.
         self._aborted: str | None = None
         self._stopping = False
@@ -275,6 +280,8 @@ class Worker:
             self._ready.set_result(message.facts)
         elif isinstance(message, LoadFailed):
             self._ready.set_exception(LoadError(message.reason))
+        elif isinstance(message, Broken):
+            self._broken = f"the model '{self.name}' failed: {message.reason}"
 
     def _raised(self, message: Raised) -> None:
         future = self._calls.pop(message.id, None)
@@ -300,9 +307,13 @@ class Worker:
         except subprocess.TimeoutExpired:
             self._process.kill()
             returncode = self._process.wait()
-        reason = self._unresponsive or (
-            f"the worker process of the model '{self.name}' {how_it_ended(returncode)}"
+        reason = (
+            self._broken
+            or self._unresponsive
+            or f"the worker process of the model '{self.name}' {how_it_ended(returncode)}"
         )
+        if returncode != 0 and not self._stopping and self._unresponsive is None:
+            reason += rpc_hosts_note(self._config)
         with self._lock:
             self._gone = reason
             calls, self._calls = self._calls, {}

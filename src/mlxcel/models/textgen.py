@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from mlxcel.engine.capabilities import FimTokens, KvCacheInfo
+from mlxcel.engine.capabilities import DeviceInfo, FimTokens, KvCacheInfo
 from mlxcel.engine.handle import RequestHandle, ends
 from mlxcel.engine.slots import SlotReport
 from mlxcel.engine.types import ChatTemplate, EngineError, MediaSpan, SamplingParams, TokenEvent
@@ -71,6 +72,10 @@ class RemoteTextModel:
     @property
     def kv_cache(self) -> KvCacheInfo | None:
         return self._facts.kv_cache
+
+    @property
+    def devices(self) -> tuple[DeviceInfo, ...]:
+        return self._facts.devices
 
     @property
     def longest_token(self) -> int:
@@ -209,6 +214,17 @@ class RemoteEngine:
         """Each slot's state and its request's progress (a call to the worker)."""
         snapshot: list[SlotReport] = self._worker.call("slots")
         return snapshot
+
+    def slot_file(self, action: str, slot: int, filename: str) -> dict[str, Any]:
+        """llama-server's slot save, restore or erase, done in the worker once the slot is free
+        (an EngineError says why not)."""
+        answer: dict[str, Any] = self._worker.call("slot_file", action, slot, filename)
+        return answer
+
+    def prompt_cache(self) -> dict[str, Any]:
+        """The prompt cache's tiers: entries, bytes, and the disk tier's hits and load time."""
+        answer: dict[str, Any] = self._worker.call("prompt_cache")
+        return answer
 
     def stop(self) -> None:
         """End every generation running or waiting with a shutdown error (at shutdown, once

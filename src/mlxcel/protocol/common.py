@@ -11,6 +11,9 @@ from mlxcel.protocol.policy import NoEffect, Strict
 # How hard a reasoning model should think, as the OpenAI API names it.
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
+# The smallest repetition penalty taken (llama-server takes any, and aborts below float32's).
+MIN_PENALTY = 1e-6
+
 # OpenAI's logit_bias bounds; llama-server's `false` bans a token like -100 does.
 BIAS_LIMIT = 100.0
 
@@ -68,6 +71,13 @@ class StreamOptions(Strict):
     ] = None
 
 
+class LoraChoice(Strict):
+    """llama-server's per-request adapter: its id (GET /lora-adapters) and scale."""
+
+    id: int
+    scale: float
+
+
 class SamplingFields(Strict):
     """Sampling fields every text route honours: OpenAI's, then llama-server's knobs."""
 
@@ -96,8 +106,10 @@ class SamplingFields(Strict):
     top_k: int | None = Field(default=None, ge=0)
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
     typical_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    repeat_penalty: float | None = Field(default=None, gt=0.0)
-    repetition_penalty: float | None = Field(default=None, gt=0.0)
+    # Above 0, and not so near it that llama.cpp's float32 copy is 0: it divides by it (a
+    # penalty of 1e-309 aborted the worker in llama_sampler's assert).
+    repeat_penalty: float | None = Field(default=None, ge=MIN_PENALTY)
+    repetition_penalty: float | None = Field(default=None, ge=MIN_PENALTY)
     repeat_last_n: int | None = Field(default=None, ge=-1)
     dry_multiplier: float | None = Field(default=None, ge=0.0)
     dry_base: float | None = Field(default=None, ge=1.0)
@@ -130,6 +142,8 @@ class SamplingFields(Strict):
     t_max_predict_ms: float = Field(default=0.0, ge=0.0)
     timings_per_token: bool = False
     return_progress: bool = False
+    # llama-server's per-request LoRA adapters: those not named run at 0; [] is the base model.
+    lora: list[LoraChoice] | None = None
     verbose: Annotated[bool | None, NoEffect("answers carry no debugging copy of themselves")] = (
         None
     )

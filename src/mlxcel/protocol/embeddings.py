@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from mlxcel.protocol.chat import ImageURL
 from mlxcel.protocol.native import MultimodalPrompt
 from mlxcel.protocol.policy import NoEffect, Strict
 
@@ -22,10 +23,37 @@ class ContentPrompt(Strict):
     content: list[TextPart]
 
 
+class TypedText(Strict):
+    """A typed text input: `{"type": "text", "text": ...}`, or Jina's bare `{"text": ...}`."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class TypedImage(Strict):
+    """A typed image input: `{"type": "image_url", "image_url": {"url": ...}}` as in chat, its
+    URL also bare (`"image_url": "..."`), with or without `type`."""
+
+    type: Literal["image_url"] = "image_url"
+    image_url: ImageURL | str
+
+
+class BareImage(Strict):
+    """Jina's and infinity's `{"image": ...}`: a URL, a data: URI or bare base64."""
+
+    type: Literal["image"] = "image"
+    image: str
+
+
 # A text (llama-server's prompt objects too), token ids and texts in one list
-# ([12, 34, "text"]), or a batch of those mixed.
-EmbeddingText = str | MultimodalPrompt | ContentPrompt
+# ([12, 34, "text"]), a typed text or image, or a batch of those mixed.
+TypedInput = TypedText | TypedImage | BareImage
+EmbeddingText = str | MultimodalPrompt | ContentPrompt | TypedInput
 EmbeddingInput = EmbeddingText | list[int | EmbeddingText | list[int | str]]
+# Which side of a search the inputs are: a late-interaction model reads a query apart from a
+# document; another model applies its own named prompt for the side, if it has one. Cohere's
+# names too.
+InputType = Literal["query", "document", "search_query", "search_document"]
 # llama-server reads embd_normalize into a C int; past it numpy cannot raise to the power.
 MAX_NORM = 2**31 - 1
 
@@ -41,6 +69,7 @@ class EmbeddingRequest(Strict):
     # llama-server's: -1 none, 0 max-abs, 1 taxicab, 2 euclidean, >2 p-norm.
     embd_normalize: int = Field(default=2, ge=-1, le=MAX_NORM)
     instruction: str | None = None
+    input_type: InputType | None = None
     truncate: bool = False
 
 

@@ -1,9 +1,10 @@
 """POST /v1/embeddings and llama-server's /embedding: inputs to token ids (checked against the
-model's length and the request limits), vectors from the shared batch, then normalization,
-`dimensions` and the encoding the request asks for."""
+model's length and the request limits) and images (`embedding_images.py`), vectors from the
+shared batch, then normalization, `dimensions` and the encoding the request asks for."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Sequence
 from typing import Any, cast
@@ -13,26 +14,38 @@ import numpy as np
 from mlxcel.backends.embeddings import EncoderInfo
 from mlxcel.engine.context import most_text_bytes
 from mlxcel.engine.slots import common_prefix
+from mlxcel.media.policy import MediaPolicy
 from mlxcel.models.encoders import EmbeddingModel
 from mlxcel.protocol.embeddings import (
+    BareImage,
     ContentPrompt,
     EmbeddingInput,
     EmbeddingRequest,
     EmbeddingText,
     NativeEmbeddingRequest,
+    TypedImage,
+    TypedText,
 )
 from mlxcel.protocol.errors import APIError, invalid_request
+from mlxcel.serving.embedding_images import (
+    ImageInput,
+    check_takes_images,
+    image_input,
+    image_vectors,
+    read_images,
+)
 from mlxcel.serving.encoder_limits import EncoderLimits
 
 Pieces = list[int | str]
+Item = str | Pieces | ImageInput
 
 
-def input_batch(value: EmbeddingInput, param: str) -> list[str | Pieces]:
+def input_batch(value: EmbeddingInput, param: str) -> list[Item]:
     """The inputs an `input` field holds, as llama-server reads it: a text, a list with a token
     id in it is one input (ids, or ids and texts), any other list a batch of those; prompt
-    objects stand for their text."""
+    objects stand for their text, typed items for their text or image."""
     if not isinstance(value, list):
-        return [_text(value, param)]
+        return [_item(value, param)]
     if any(isinstance(v, int) for v in value):
         if not all(isinstance(v, (int, str)) for v in value):
             raise invalid_request(
@@ -40,7 +53,13 @@ def input_batch(value: EmbeddingInput, param: str) -> list[str | Pieces]:
             )
         return [cast(Pieces, value)]
     items = cast(Sequence[EmbeddingText | Pieces], value)
-    return [v if isinstance(v, list) else _text(v, f"{param}.{i}") for i, v in enumerate(items)]
+    return [v if isinstance(v, list) else _item(v, f"{param}.{i}") for i, v in enumerate(items)]
+
+
+def _item(item: EmbeddingText, param: str) -> str | ImageInput:
+    if isinstance(item, (TypedImage, BareImage)):
+        return image_input(item, param)
+    return _text(item, param)
 
 
 async def joined(
@@ -73,11 +92,15 @@ def _has_text(item: Pieces) -> bool:
     return any(isinstance(piece, str) for piece in item)
 
 
-def _text(item: EmbeddingText, param: str) -> str:
+def _text(item: EmbeddingText | TypedText, param: str) -> str:
     if isinstance(item, str):
         return item
     if isinstance(item, ContentPrompt):
         return "".join(part.text for part in item.content)
+    if isinstance(item, TypedText):
+        return item.text
+    if isinstance(item, (TypedImage, BareImage)):
+        raise invalid_request("an image here must be an input of its own", param)
     if item.multimodal_data:
         raise invalid_request("an embedding model takes text only", f"{param}.multimodal_data")
     return item.prompt_string
@@ -144,44 +167,46 @@ async def token_inputs(
     truncate: bool,
     limits: EncoderLimits,
     param: str,
+    query: bool = False,
+    names: Sequence[str] | None = None,
 ) -> list[list[int]]:
-    """Every input as token ids: texts tokenized (after `prefix`), ids checked against the
-    vocabulary, each within the model's length (cut, or a 400 naming it)."""
-    if not inputs:
-        raise invalid_request(f"'{param}' is empty: give at least one input", param=param)
-    if len(inputs) > limits.max_inputs:
-        raise too_many("inputs", len(inputs), limits.max_inputs, "--embedding-max-inputs", param)
+    """Every input as token ids: texts tokenized (after `prefix`; as queries where `query`),
+    ids checked against the vocabulary, each within the model's length (a late-interaction
+    model's query length for queries; cut, or a 400 naming it: `names`, else "input N")."""
     info = model.info
+    named = list(names) if names is not None else [f"input {i}" for i in range(len(inputs))]
     texts = [
-        (i, within_size(prefix + t, info, truncate, f"input {i}", param))
+        (i, within_size(prefix + t, info, truncate, named[i], param))
         for i, t in enumerate(inputs)
         if isinstance(t, str)
     ]
     check_total_size([t for _, t in texts], info, limits, param)
-    tokens = await model.tokenize([t for _, t in texts]) if texts else []
+    tokenize = model.tokenize_queries if query else model.tokenize
+    tokens = await tokenize([t for _, t in texts]) if texts else []
     tokenized = dict(zip((i for i, _ in texts), tokens, strict=True))
+    longest = info.query_tokens if query and info.query_tokens else info.max_tokens
     out: list[list[int]] = []
     for index, item in enumerate(inputs):
+        name = named[index]
         ids = tokenized.get(index) if isinstance(item, str) else item
         assert ids is not None
         if not ids:
-            raise invalid_request(f"input {index} is empty", param=param)
+            raise invalid_request(f"{name} is empty", param=param)
         bad = next((t for t in ids if not 0 <= t < info.vocab_size), None)
         if bad is not None:
             raise invalid_request(
-                f"input {index} has token id {bad}, outside the vocabulary "
-                f"(0..{info.vocab_size - 1})",
+                f"{name} has token id {bad}, outside the vocabulary (0..{info.vocab_size - 1})",
                 param=param,
             )
-        if len(ids) > info.max_tokens:
+        if len(ids) > longest:
             if not truncate:
                 raise invalid_request(
-                    f"input {index} is {len(ids)} tokens, longer than the model's maximum of "
-                    f"{info.max_tokens}; shorten it or send truncate: true",
+                    f"{name} is {len(ids)} tokens, longer than the model's maximum of "
+                    f"{longest}; shorten it or send truncate: true",
                     param=param,
                     code="input_too_long",
                 )
-            ids = cut(ids, info.max_tokens, info.end_token)
+            ids = cut(ids, longest, info.end_token)
         out.append(ids)
     total = sum(len(ids) for ids in out)
     if total > limits.max_tokens:
@@ -235,21 +260,90 @@ def instruction_prefix(model: EmbeddingModel, instruction: str | None) -> str:
     return model.info.prompts.get(instruction, instruction)
 
 
+def search_side(model: EmbeddingModel, body: EmbeddingRequest) -> tuple[str, bool]:
+    """The prefix before each text and whether the texts are read as queries: `input_type`
+    is a late-interaction model's query or document form, another model's named prompt for
+    the side (if it has one); else `instruction`."""
+    if body.input_type is None:
+        return instruction_prefix(model, body.instruction), False
+    if body.instruction is not None:
+        raise invalid_request("send 'instruction' or 'input_type', not both", "input_type")
+    query = body.input_type in ("query", "search_query")
+    if model.info.query_tokens:
+        return "", query
+    prompts = model.info.prompts
+    prompt = prompts.get("query") if query else prompts.get("document", prompts.get("passage"))
+    return prompt or "", False
+
+
+async def raw_vectors(
+    model: EmbeddingModel,
+    name: str,
+    value: EmbeddingInput,
+    *,
+    limits: EncoderLimits,
+    policy: MediaPolicy,
+    param: str,
+    prefix: str = "",
+    query: bool = False,
+    truncate: bool = False,
+) -> tuple[list[np.ndarray], int]:
+    """Each input's raw vector (or matrix), texts and images in their order, and the tokens
+    read (an image counts its patches). Everything is checked before anything is embedded."""
+    items = input_batch(value, param)
+    if not items:
+        raise invalid_request(f"'{param}' is empty: give at least one input", param=param)
+    if len(items) > limits.max_inputs:
+        raise too_many("inputs", len(items), limits.max_inputs, "--embedding-max-inputs", param)
+    images = [item for item in items if isinstance(item, ImageInput)]
+    check_takes_images(model, images, name)
+    places = [i for i, item in enumerate(items) if not isinstance(item, ImageInput)]
+    texts = [cast(str | Pieces, items[i]) for i in places]
+    ids = []
+    if texts:
+        ids = await token_inputs(
+            model,
+            await joined(model, texts, limits, param),
+            prefix=prefix,
+            truncate=truncate,
+            limits=limits,
+            param=param,
+            query=query,
+            names=[f"input {i}" for i in places],
+        )
+    encoded = await read_images(images, policy)
+    text_vectors, pictures = await asyncio.gather(
+        model.embed(ids), image_vectors(model, images, encoded)
+    )
+    by_place = dict(zip(places, text_vectors, strict=True))
+    pictured = iter(pictures)
+    vectors = [by_place[i] if i in by_place else next(pictured) for i in range(len(items))]
+    tokens = sum(len(row) for row in ids) + len(images) * model.info.image_tokens
+    return vectors, tokens
+
+
 async def embeddings(
-    model: EmbeddingModel, name: str, body: EmbeddingRequest, limits: EncoderLimits
+    model: EmbeddingModel,
+    name: str,
+    body: EmbeddingRequest,
+    limits: EncoderLimits,
+    policy: MediaPolicy,
 ) -> dict[str, Any]:
-    """The OpenAI list of embeddings, with usage."""
-    inputs = await token_inputs(
+    """The OpenAI list of embeddings, with usage: a vector per input, or a matrix (a row per
+    token kept) from a multi-vector model."""
+    prefix, query = search_side(model, body)
+    raw, tokens = await raw_vectors(
         model,
-        await joined(model, input_batch(body.input, "input"), limits, "input"),
-        prefix=instruction_prefix(model, body.instruction),
-        truncate=body.truncate,
+        name,
+        body.input,
         limits=limits,
+        policy=policy,
         param="input",
+        prefix=prefix,
+        query=query,
+        truncate=body.truncate,
     )
-    vectors = shaped(
-        await model.embed(inputs), body.dimensions, body.embd_normalize, model.info.dimensions
-    )
+    vectors = shaped(raw, body.dimensions, body.embd_normalize, model.info.dimensions)
     data = []
     for index, vector in enumerate(vectors):
         item: dict[str, Any] = {
@@ -260,7 +354,6 @@ async def embeddings(
         if vector.ndim == 2 and body.encoding_format == "base64":
             item["shape"] = list(vector.shape)
         data.append(item)
-    tokens = sum(len(ids) for ids in inputs)
     return {
         "object": "list",
         "data": data,
@@ -270,19 +363,24 @@ async def embeddings(
 
 
 async def native_embeddings(
-    model: EmbeddingModel, body: NativeEmbeddingRequest, limits: EncoderLimits
+    model: EmbeddingModel,
+    name: str,
+    body: NativeEmbeddingRequest,
+    limits: EncoderLimits,
+    policy: MediaPolicy,
 ) -> list[dict[str, Any]]:
     """llama-server's shape: one {index, embedding} per input, the embedding a list of
     vectors (one per token with pooling none, else the one pooled vector)."""
-    inputs = await token_inputs(
+    raw, _ = await raw_vectors(
         model,
-        await joined(model, input_batch(body.content, "content"), limits, "content"),
-        prefix="",
-        truncate=body.truncate,
+        name,
+        body.content,
         limits=limits,
+        policy=policy,
         param="content",
+        truncate=body.truncate,
     )
-    vectors = shaped(await model.embed(inputs), None, body.embd_normalize, model.info.dimensions)
+    vectors = shaped(raw, None, body.embd_normalize, model.info.dimensions)
     return [
         {"index": i, "embedding": (v if v.ndim == 2 else v[None, :]).tolist()}
         for i, v in enumerate(vectors)

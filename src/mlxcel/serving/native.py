@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import mlxcel
-from mlxcel.engine.capabilities import ReportsKvCache
+from mlxcel.engine.capabilities import ReportsDevices, ReportsKvCache
 from mlxcel.engine.types import SamplingParams, TextModel, TokenEvent, TokenLogprob
 from mlxcel.media.audio import SentMedia
 from mlxcel.media.images import LLAMA_MEDIA_MARKER, MEDIA_MARKER
+from mlxcel.models.adapters import AdapterTable
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.protocol.common import SamplingFields
@@ -105,9 +106,14 @@ def count_input_tokens(
     }
 
 
-def generation_settings(params: SamplingParams, *, stream: bool) -> dict[str, Any]:
-    """Resolved sampling in llama-server's `generation_settings` shape."""
+def generation_settings(
+    params: SamplingParams, *, stream: bool, adapters: AdapterTable | None = None
+) -> dict[str, Any]:
+    """Resolved sampling in llama-server's `generation_settings` shape (its LoRA adapters as
+    llama-server's `lora`: every adapter's id and the scale the request ran it at)."""
     settings = dataclasses.asdict(params)
+    scales = dict(settings.pop("adapters"))
+    settings["lora"] = [{"id": a.id, "scale": scales.get(a.name, 0.0)} for a in adapters or ()]
     settings["seed"] = RANDOM_SEED if params.seed is None else params.seed
     settings["n_predict"] = params.max_tokens
     settings["n_probs"] = params.logprobs or 0
@@ -148,6 +154,26 @@ def props(model: LoadedModel, n_predict: int) -> dict[str, Any]:
         "build_info": f"mlxcel {mlxcel.__version__}",
         "is_sleeping": False,
         **_kv_cache(generator),
+        **device_split(generator),
+    }
+
+
+def device_split(generator: object) -> dict[str, Any]:
+    """`devices` where the engine says which devices hold the layers: each one's name, what
+    it is (an RPC host as it was named), its memory and its share of the layers."""
+    devices = generator.devices if isinstance(generator, ReportsDevices) else ()
+    if not devices:
+        return {}
+    return {
+        "devices": [
+            {
+                "name": d.name,
+                "description": d.description,
+                "layers": d.layers,
+                "memory_bytes": d.memory_bytes,
+            }
+            for d in devices
+        ]
     }
 
 
@@ -308,7 +334,9 @@ def _final(job: NativeJob, generation: Generation, outcome: Outcome) -> dict[str
         "model": model.name,
         "tokens_predicted": predicted_n,
         "tokens_evaluated": prompt_n,
-        "generation_settings": generation_settings(generation.params, stream=request.stream),
+        "generation_settings": generation_settings(
+            generation.params, stream=request.stream, adapters=model.adapters
+        ),
         "prompt": job.prompt_texts[generation.prompt_index],
         "has_new_line": "\n" in outcome.text,
         "truncated": prompt_n + predicted_n >= model.generator.n_ctx_seq,

@@ -1,48 +1,33 @@
 """POST /v1/rerank and its aliases: a cross-encoder's score for each document against the
-query, sorted best first (ties by index). `documents` answers in Jina's and Cohere's shape,
-`texts` in Text Embeddings Inference's; /v2/rerank in Cohere's v2 shape."""
+query (or a late-interaction model's MaxSim, `late_interaction.py`), sorted best first (ties by
+index). `documents` answers in Jina's and Cohere's shape, `texts` in Text Embeddings
+Inference's; /v2/rerank in Cohere's v2 shape."""
 
 from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Callable
 from typing import Any
 
-from mlxcel.models.encoders import RerankModel
+from mlxcel.models.encoders import EmbeddingModel, RerankModel
 from mlxcel.protocol.embeddings import RerankRequest
 from mlxcel.protocol.errors import invalid_request
 from mlxcel.serving.embeddings import check_total_size, cut, too_many, within_size
 from mlxcel.serving.encoder_limits import EncoderLimits
+from mlxcel.serving.late_interaction import maxsim_scored
+from mlxcel.serving.rerank_documents import best_first, checked_documents
 
 
 def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
-def _documents(body: RerankRequest) -> tuple[list[str], str]:
-    """The documents' texts and the field they came in."""
-    if body.documents is not None and body.texts is not None:
-        raise invalid_request("send 'documents' or 'texts', not both", param="texts")
-    if body.texts is not None:
-        return body.texts, "texts"
-    if body.documents is None:
-        raise invalid_request("'documents' is required", param="documents")
-    return [d if isinstance(d, str) else d.text for d in body.documents], "documents"
-
-
 async def scored(
     model: RerankModel, body: RerankRequest, limits: EncoderLimits
 ) -> tuple[list[tuple[int, float]], list[str], int]:
     """(index, logit) best first, the documents, and the tokens read."""
-    documents, param = _documents(body)
-    if not body.query.strip():
-        raise invalid_request("'query' is empty", param="query")
-    if not documents:
-        raise invalid_request(f"'{param}' is empty: give at least one document", param=param)
-    if len(documents) > limits.max_documents:
-        raise too_many(
-            "documents", len(documents), limits.max_documents, "--rerank-max-documents", param
-        )
+    documents, param = checked_documents(body, limits)
     info = model.info
     query = within_size(body.query, info, False, "'query'", "query")
     truncate = body.truncate or body.max_tokens_per_doc is not None
@@ -72,25 +57,34 @@ async def scored(
     tokens = sum(len(p) for p in pairs)
     if tokens > limits.max_tokens:
         raise too_many("tokens", tokens, limits.max_tokens, "--embedding-max-tokens", param)
-    scores = await model.score(pairs)
-    order = sorted(enumerate(scores), key=lambda item: (-item[1], item[0]))
-    return order, documents, tokens
+    return best_first(await model.score(pairs)), documents, tokens
 
 
 async def rerank(
-    model: RerankModel, name: str, body: RerankRequest, limits: EncoderLimits, v2: bool = False
+    model: RerankModel | EmbeddingModel,
+    name: str,
+    body: RerankRequest,
+    limits: EncoderLimits,
+    v2: bool = False,
 ) -> Any:
     """Jina/Cohere's {model, object, results, usage}, TEI's bare array with `texts`, or with
-    `v2` Cohere's /v2/rerank {id, results, meta}."""
+    `v2` Cohere's /v2/rerank {id, results, meta}. A cross-encoder's logit is given through a
+    sigmoid (TEI's raw_scores: as it is); a late-interaction model's MaxSim as it is."""
     if v2 and body.texts is not None:
         raise invalid_request("/v2/rerank takes 'documents', not 'texts'", param="texts")
-    order, documents, tokens = await scored(model, body, limits)
+    if isinstance(model, EmbeddingModel):
+        order, documents, tokens = await maxsim_scored(model, body, limits)
+        # MaxSim is a sum of cosines, not a logit: it is given as it is.
+        squash: Callable[[float], float] = float
+    else:
+        order, documents, tokens = await scored(model, body, limits)
+        squash = _sigmoid
     if body.top_n is not None:
         order = order[: body.top_n]
     if v2:
         return {
             "id": str(uuid.uuid4()),
-            "results": [{"index": i, "relevance_score": _sigmoid(score)} for i, score in order],
+            "results": [{"index": i, "relevance_score": squash(score)} for i, score in order],
             "meta": {
                 "api_version": {"version": "2"},
                 "billed_units": {"search_units": 1},
@@ -101,14 +95,14 @@ async def rerank(
         return [
             {
                 "index": i,
-                "score": score if body.raw_scores else _sigmoid(score),
+                "score": score if body.raw_scores else squash(score),
                 **({"text": documents[i]} if body.return_text else {}),
             }
             for i, score in order
         ]
     results = []
     for i, score in order:
-        result: dict[str, Any] = {"index": i, "relevance_score": _sigmoid(score)}
+        result: dict[str, Any] = {"index": i, "relevance_score": squash(score)}
         if body.return_documents:
             result["document"] = {"text": documents[i]}
         results.append(result)

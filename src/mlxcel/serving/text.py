@@ -25,6 +25,7 @@ from mlxcel.protocol.errors import (
     server_busy,
     shutting_down,
 )
+from mlxcel.serving.adapters import request_adapters
 from mlxcel.serving.sampling import logit_bias, sampling_params
 from mlxcel.serving.tokens import check_vocabulary, detokenize_ids
 from mlxcel.wire.facts import MEDIA_PROMPT_REFUSED, MODEL_UNAVAILABLE, MediaPrompt
@@ -145,6 +146,8 @@ def prepare(
         n_ctx=n_ctx,
         bias=bias,
     )
+    adapters = request_adapters(model.adapters, request.lora, request.model, model.names)
+    params = replace(params, adapters=adapters)
     constraint = _constraint_param(request, params)
     if request.user or request.safety_identifier:
         logger.info("%s: user=%s", request_id, request.safety_identifier or request.user)

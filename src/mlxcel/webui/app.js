@@ -5,7 +5,7 @@ import { describeModels, withCapability } from "./models.js";
 import { fillForm, numberInputs, readForm, requestBody, showDefaults } from "./settings.js";
 import * as store from "./store.js";
 import { availablePanels, panelView } from "./tools.js";
-import { copyText, download, el, icon } from "./util.js";
+import { copyText, dataUrl, download, el, icon } from "./util.js";
 
 const $ = (id) => document.getElementById(id);
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -392,13 +392,7 @@ function drawAttachments() {
 }
 
 async function attachImages(files) {
-  const read = (file) => new Promise((resolve, reject) => {
-    const reader = new FileReader();
-    reader.onload = () => resolve(reader.result);
-    reader.onerror = () => reject(reader.error);
-    reader.readAsDataURL(file);
-  });
-  state.attachments.push(...(await Promise.all([...files].map(read))));
+  state.attachments.push(...(await Promise.all([...files].map(dataUrl))));
   drawAttachments();
 }
 

@@ -22,7 +22,7 @@ function capabilityNames(raw) {
   return typeof raw === "string" ? [raw] : [];
 }
 
-/** One model of the list as {id, state, reason, capabilities: Set}. */
+/** One model of the list as {id, state, reason, capabilities: Set, multiVector}. */
 export function describeModel(entry) {
   const meta = entry.meta ?? {};
   const raw = entry.capabilities ?? meta.capabilities ?? entry.model_type ?? meta.kind;
@@ -37,7 +37,9 @@ export function describeModel(entry) {
   const status = entry.state ?? entry.status ?? meta.state ?? null;
   const state = typeof status === "object" && status !== null ? status.value ?? null : status;
   const reason = entry.reason ?? status?.reason ?? entry.error ?? meta.reason ?? null;
-  return { id: entry.id, state, reason, capabilities };
+  // A late-interaction model answers a matrix per input (ours says so as multi_vector).
+  const multiVector = entry.multi_vector === true;
+  return { id: entry.id, state, reason, capabilities, multiVector };
 }
 
 /** Every model of a /v1/models body, described. */

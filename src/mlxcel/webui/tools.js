@@ -2,7 +2,8 @@
 // embedding/rerank scores, transcription, speech and image generation (OpenAI's route shapes).
 import { postJson, request } from "./api.js";
 import { withCapability } from "./models.js";
-import { el } from "./util.js";
+import { livePanel } from "./realtime.js";
+import { dataUrl, el } from "./util.js";
 
 /** Cosine similarity of two vectors. */
 export function cosine(a, b) {
@@ -24,14 +25,23 @@ export function ranked(documents, scores) {
     .sort((a, b) => b.score - a.score);
 }
 
-async function scoreDocuments(model, query, documents) {
-  if (model.capability === "rerank") {
+/** The /v1/embeddings input: the query (its text, or an image as a data: URL), then the
+ * documents. */
+export function scoreInput(query, image, documents) {
+  return [image ? { type: "image_url", image_url: { url: image } } : query, ...documents];
+}
+
+async function scoreDocuments(model, query, image, documents) {
+  // A multi-vector (late-interaction) model scores by MaxSim on /v1/rerank.
+  if (model.capability === "rerank" || model.multiVector) {
+    if (image) throw new Error(`${model.id} ranks text only: clear the query image`);
     const body = await postJson("/v1/rerank", { model: model.id, query, documents });
     const scores = [];
     for (const result of body.results) scores[result.index] = result.relevance_score;
     return scores;
   }
-  const body = await postJson("/v1/embeddings", { model: model.id, input: [query, ...documents] });
+  const input = scoreInput(query, image, documents);
+  const body = await postJson("/v1/embeddings", { model: model.id, input });
   const vectors = [...body.data].sort((a, b) => a.index - b.index).map((d) => d.embedding);
   return vectors.slice(1).map((vector) => cosine(vectors[0], vector));
 }
@@ -44,11 +54,21 @@ function scoresPanel(form, output) {
     placeholder: "One document per line",
     "aria-label": "Documents",
   });
-  form.append(query, documents);
+  const image = el("input", {
+    type: "file",
+    name: "image",
+    accept: "image/png,image/jpeg,image/webp,image/gif",
+    "aria-label": "Query image (image-text models)",
+  });
+  form.append(query, el("label", { class: "file" }, "Or an image as the query ", image), documents);
   return async (model) => {
     const docs = documents.value.split("\n").map((line) => line.trim()).filter(Boolean);
-    if (!query.value.trim() || !docs.length) throw new Error("Enter a query and some documents");
-    const rows = ranked(docs, await scoreDocuments(model, query.value, docs)).map((row) =>
+    const picture = image.files[0] ? await dataUrl(image.files[0]) : null;
+    if (!(query.value.trim() || picture) || !docs.length) {
+      throw new Error("Enter a query (or choose an image) and some documents");
+    }
+    const scores = await scoreDocuments(model, query.value, picture, docs);
+    const rows = ranked(docs, scores).map((row) =>
       el(
         "tr",
         {},
@@ -132,6 +152,7 @@ function imagesPanel(form, output) {
 const PANELS = [
   { id: "scores", label: "Embeddings", capabilities: ["rerank", "embedding"], build: scoresPanel },
   { id: "transcribe", label: "Transcribe", capabilities: ["transcription"], build: transcribePanel },
+  { id: "live", label: "Live", capabilities: ["transcription"], build: livePanel },
   { id: "speech", label: "Speech", capabilities: ["speech"], build: speechPanel },
   { id: "images", label: "Images", capabilities: ["image"], build: imagesPanel },
 ];
@@ -141,7 +162,11 @@ export function availablePanels(models) {
   return PANELS.map((panel) => ({
     ...panel,
     models: panel.capabilities.flatMap((capability) =>
-      withCapability(models, capability).map((model) => ({ id: model.id, capability })),
+      withCapability(models, capability).map((model) => ({
+        id: model.id,
+        capability,
+        ...(model.multiVector ? { multiVector: true } : {}),
+      })),
     ),
   })).filter((panel) => panel.models.length);
 }
@@ -154,7 +179,7 @@ export function panelView(panel) {
   const form = el("form", { class: "tool-form" }, picker);
   const output = el("div", { class: "tool-output", "aria-live": "polite" });
   const error = el("div", { class: "error", role: "alert", hidden: true });
-  const perform = panel.build(form, output);
+  const perform = panel.build(form, output, run);
   form.append(run);
   form.addEventListener("submit", async (event) => {
     event.preventDefault();

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlxcel.backends.audio.speech import Voice
-from mlxcel.engine.capabilities import FimTokens, KvCacheInfo
+from mlxcel.engine.capabilities import DeviceInfo, FimTokens, KvCacheInfo
 from mlxcel.engine.sampling import SamplingDefaults
 from mlxcel.engine.types import ChatTemplate, SamplingParams
 from mlxcel.media.audio import SentMedia
@@ -56,6 +56,8 @@ class TextFacts:
     """The most bytes of text one token stands for (serving/tokens.py's size check)."""
     audio_rate: int | None = None
     """Samples per second the model's audio projector takes (None: it takes no audio)."""
+    devices: tuple[DeviceInfo, ...] = ()
+    """The devices its layers sit on (RPC hosts among them), where the engine says."""
 
 
 @dataclass(frozen=True)

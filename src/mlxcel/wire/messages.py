@@ -94,6 +94,14 @@ class LoadFailed:
 
 
 @dataclass(frozen=True)
+class Broken:
+    """The model cannot go on (a rank of its group is gone): every request on it fails with
+    `reason`, and the worker exits after sending this."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class Reply:
     """A call's result."""
 

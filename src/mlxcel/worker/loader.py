@@ -6,24 +6,32 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 from mlxcel.chat_templates import BUILTIN_TEMPLATES, CHATML, builtin_for
 from mlxcel.config.engines import choose_backend
 from mlxcel.config.settings import ModelConfig
+from mlxcel.engine.adapters import SwitchesAdapters
+from mlxcel.engine.cache_tiers import CacheTiers
 from mlxcel.engine.capabilities import VerifiesDrafts
 from mlxcel.engine.metrics import RecordsMetrics
-from mlxcel.engine.prompt_cache import PromptCache
 from mlxcel.engine.sampling import SamplingDefaults, model_defaults
 from mlxcel.engine.scheduler import Scheduler, SchedulerLimits
+from mlxcel.engine.slot_files import SlotFiles
 from mlxcel.engine.speculative import SpeculativeConfig, linear_costs, timed_lengths
 from mlxcel.engine.types import ChatTemplate, TextGenerator
 from mlxcel.parsers.reasoning import reasoning_parser_name
 from mlxcel.parsers.tools import detect_parser
 from mlxcel.progress import progress
+from mlxcel.worker.prompt_store import open_prompt_cache
+from mlxcel.worker.rpc_links import rpc_endpoints
 
 logger = logging.getLogger(__name__)
+
+OnBroken = Callable[[str], None]
+"""Called (from any thread) when a model split over machines lost a rank, with the reason."""
 
 
 def _open_llamacpp(config: ModelConfig) -> TextGenerator:
@@ -48,6 +56,8 @@ def _open_llamacpp(config: ModelConfig) -> TextGenerator:
         cache_type_k=config.cache_type_k,
         cache_type_v=config.cache_type_v,
         model_draft=config.model_draft,
+        rpc=rpc_endpoints(config),
+        tensor_split=config.tensor_split,
     )
     logger.info("loading %s with llama.cpp (%d threads)", config.model, config.threads)
     with progress(f"loading {config.model.name}"):
@@ -91,6 +101,20 @@ def _open_transformers(config: ModelConfig) -> TextGenerator:
         return TransformersVisionGenerator(config.model, options)
 
 
+def _open_group(config: ModelConfig, on_broken: OnBroken) -> TextGenerator:
+    """Rank 0 of a model split over machines (`backends/mlx/leader.py`)."""
+    from mlxcel.backends.mlx import MlxOptions
+    from mlxcel.backends.mlx.leader import LeaderGenerator
+
+    group = config.distributed
+    assert group is not None  # the command line checked it is an MLX text model
+    options = MlxOptions(config.ctx_size, config.parallel, config.batch_size)
+    level = "debug" if config.verbose else "info"
+    logger.info("loading %s with MLX over %s", config.model, group.hostfile)
+    with progress(f"loading {config.model.name} over the group"):
+        return LeaderGenerator(config.model, options, group, on_broken, level)
+
+
 _OPENERS = {"mlx": _open_mlx, "llamacpp": _open_llamacpp, "transformers": _open_transformers}
 
 
@@ -106,6 +130,9 @@ class TextEngine:
     """The template its chats render with (the model's own unless a flag chose another)."""
     tool_call_parser: str
     """The parser for tool calls: the configured one, or with `auto` the template's."""
+    slot_files: SlotFiles | None = None
+    """llama-server's slot save and restore, with --slot-save-path."""
+    prompt_cache: CacheTiers | None = None
 
     def close(self) -> None:
         """Stop the engine thread and free the weights."""
@@ -113,19 +140,24 @@ class TextEngine:
         self.generator.close()
 
 
-def load_text_engine(config: ModelConfig, metrics: RecordsMetrics) -> TextEngine:
+def load_text_engine(
+    config: ModelConfig, metrics: RecordsMetrics, on_broken: OnBroken
+) -> TextEngine:
     """Load a text or vision model on the backend its format calls for, on the thread that
     then runs its engine (`Scheduler.run` says why one thread), and return it once loaded."""
     loaded: Future[TextEngine] = Future()
     name = f"engine-{config.served_name}"
-    threading.Thread(target=_engine, args=(config, metrics, loaded), name=name, daemon=True).start()
+    args = (config, metrics, on_broken, loaded)
+    threading.Thread(target=_engine, args=args, name=name, daemon=True).start()
     return loaded.result()
 
 
-def _engine(config: ModelConfig, metrics: RecordsMetrics, loaded: Future[TextEngine]) -> None:
+def _engine(
+    config: ModelConfig, metrics: RecordsMetrics, on_broken: OnBroken, loaded: Future[TextEngine]
+) -> None:
     """The engine thread's life: load the model, hand it over, then step it until stopped."""
     try:
-        engine = _load(config, metrics)
+        engine = _load(config, metrics, on_broken)
     except BaseException as exc:
         loaded.set_exception(exc)
         return
@@ -133,24 +165,29 @@ def _engine(config: ModelConfig, metrics: RecordsMetrics, loaded: Future[TextEng
     engine.scheduler.run()
 
 
-def _load(config: ModelConfig, metrics: RecordsMetrics) -> TextEngine:
+def _load(config: ModelConfig, metrics: RecordsMetrics, on_broken: OnBroken) -> TextEngine:
     backend = choose_backend(config.model, config.backend)
-    generator = _OPENERS[backend](config)
+    if config.distributed is not None:
+        generator = _open_group(config, on_broken)
+    else:
+        generator = _OPENERS[backend](config)
     try:
+        _load_adapters(config, generator)
         if config.warmup:
             with progress("warming up"):
                 generator.warm_up()
         template = _chat_template(config, generator)
-    except OSError:
+    except (OSError, ValueError):
         generator.close()
         raise
     name = config.served_name
+    prompt_cache, slot_files = open_prompt_cache(config, backend, generator)
     scheduler = Scheduler(
         generator,
         limits=SchedulerLimits(config.queue_size, config.queue_timeout),
         name=name,
         metrics=metrics,
-        prompt_cache=_prompt_cache(config),
+        prompt_cache=prompt_cache,
         speculative=_speculative(config, generator),
     )
     logger.info(
@@ -174,7 +211,21 @@ def _load(config: ModelConfig, metrics: RecordsMetrics) -> TextEngine:
         # deepseek_r1 or qwen3 for <think> tags: decided per prompt, by who opens the tag.
         reasoning = reasoning_parser_name("auto", "", source) or "none"
         logger.info("[%s] reasoning parser: %s (auto, from the chat template)", name, reasoning)
-    return TextEngine(generator, scheduler, defaults, template, tool_parser)
+    return TextEngine(
+        generator, scheduler, defaults, template, tool_parser, slot_files, prompt_cache
+    )
+
+
+def _load_adapters(config: ModelConfig, generator: TextGenerator) -> None:
+    """The LoRA adapters configured for the model, loaded over it (ValueError names one that
+    does not fit)."""
+    if not config.lora_adapters:
+        return
+    if not isinstance(generator, SwitchesAdapters):
+        raise ValueError(f"{config.model}: this engine runs no LoRA adapters")
+    for adapter in config.lora_adapters:
+        generator.lora.load(adapter.name, adapter.path)
+        logger.info("[%s] LoRA adapter '%s': %s", config.served_name, adapter.name, adapter.path)
 
 
 def _speculative(config: ModelConfig, generator: TextGenerator) -> SpeculativeConfig | None:
@@ -211,14 +262,6 @@ def _speculative(config: ModelConfig, generator: TextGenerator) -> SpeculativeCo
         cost_text,
     )
     return SpeculativeConfig(config.spec_ngram_size_n, size_m, costs, config.draft_min)
-
-
-def _prompt_cache(config: ModelConfig) -> PromptCache | None:
-    """The host-memory prompt cache --cache-ram asks for (MiB; -1 no limit, 0 none)."""
-    if config.cache_ram_mib == 0:
-        return None
-    limit = -1 if config.cache_ram_mib < 0 else config.cache_ram_mib * 1024 * 1024
-    return PromptCache(limit)
 
 
 def _chat_template(config: ModelConfig, generator: TextGenerator) -> ChatTemplate:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
@@ -20,6 +21,7 @@ from mlxcel.config.settings import ModelConfig
 from mlxcel.logs import configure, request_scope
 from mlxcel.memory import keep_freed_memory
 from mlxcel.wire.messages import (
+    Broken,
     Call,
     Cancel,
     LoadFailed,
@@ -63,10 +65,18 @@ def open_service(config: ModelConfig, outbox: Outbox) -> Service:
     if config.kind in ("text", "vision"):
         from mlxcel.worker.text_service import TextService
 
-        return TextService.open(config, ForwardedMetrics(outbox))
+        return TextService.open(config, ForwardedMetrics(outbox), partial(_broken, outbox))
     from mlxcel.worker.services import open_model_service
 
     return open_model_service(config)
+
+
+def _broken(outbox: Outbox, reason: str) -> None:
+    """The model's group lost a rank (any thread): say why, then end; the HTTP process fails
+    what is in flight with the reason and reloads the model on a later request."""
+    outbox.put(Broken(reason))
+    outbox.close()
+    os._exit(3)
 
 
 class Dispatcher:

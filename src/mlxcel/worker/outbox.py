@@ -89,6 +89,12 @@ class ForwardedMetrics:
     def cache_size(self, total_bytes: int) -> None:
         self._record("cache_size", total_bytes)
 
+    def disk_loaded(self, seconds: float) -> None:
+        self._record("disk_loaded", seconds)
+
+    def disk_size(self, entries: int, total_bytes: int) -> None:
+        self._record("disk_size", entries, total_bytes)
+
     def token(self, first: bool, seconds: float) -> None:
         self._record("token", first, seconds)
 

@@ -22,16 +22,21 @@ import numpy as np
 from mlxcel.backends.audio.encode import AudioEncoder, SpeechFormat
 from mlxcel.backends.audio.speech import SpeechJob, Synthesizer
 from mlxcel.backends.audio.transcript import Segment, TranscribeJob, Transcriber, TranscriptInfo
+from mlxcel.backends.audio.voice_activity import speech_probabilities
 from mlxcel.backends.embeddings import (
     Embedder,
+    EmbedsImages,
     EncoderInfo,
     EncoderOptions,
     Reranker,
+    TakesQueries,
+    Unreadable,
     open_embedder,
     open_reranker,
 )
 from mlxcel.config.settings import ModelConfig
 from mlxcel.engine.image_types import GenerationCancelled, ImageGenerator, ImageJob, ImageModelInfo
+from mlxcel.media.images import EncodedImage
 from mlxcel.progress import progress
 from mlxcel.wire.facts import StreamEnd, SynthesizerFacts, TranscriberFacts
 from mlxcel.worker.audio import open_synthesizer, open_transcriber
@@ -96,7 +101,7 @@ class EngineService:
 class EmbeddingService(EngineService):
     """An embedding model's engine in its worker."""
 
-    calls = frozenset({"tokenize", "embed"})
+    calls = frozenset({"tokenize", "embed", "tokenize_queries", "embed_images"})
 
     def __init__(self, engine: Embedder) -> None:
         self._engine = engine
@@ -112,6 +117,19 @@ class EmbeddingService(EngineService):
     def embed(self, batch: list[list[int]]) -> list[np.ndarray]:
         """Each input's vector (or per-token matrix), one batch."""
         return self._engine.embed(batch)
+
+    def tokenize_queries(self, texts: list[str]) -> list[list[int]]:
+        """Each text's token ids as a query (the same as a document's but for a
+        late-interaction model)."""
+        if isinstance(self._engine, TakesQueries):
+            return self._engine.tokenize_queries(texts)
+        return self._engine.tokenize(texts)
+
+    def embed_images(self, images: list[EncodedImage]) -> list[np.ndarray | Unreadable]:
+        """Each image's vector, one batch (an image-text model's)."""
+        if not isinstance(self._engine, EmbedsImages):
+            raise ValueError("the model takes no images")
+        return self._engine.embed_images(images)
 
     def close(self) -> None:
         """Free the weights."""
@@ -146,6 +164,7 @@ class RerankService(EngineService):
 class TranscriptionService(EngineService):
     """A speech-to-text model's engine in its worker."""
 
+    calls = frozenset({"speech_probabilities"})
     streams = frozenset({"transcribe"})
 
     def __init__(self, engine: Transcriber) -> None:
@@ -159,6 +178,10 @@ class TranscriptionService(EngineService):
         """The info, then each segment as it is decoded."""
         steps: Iterator[TranscriptInfo | Segment] = self._engine.transcribe(job)
         self.iterate(sinks, steps)
+
+    def speech_probabilities(self, samples: np.ndarray, context: np.ndarray | None) -> np.ndarray:
+        """Silero's probability of speech per 32 ms window (a realtime session's turns)."""
+        return speech_probabilities(samples, context)
 
     def close(self) -> None:
         """Free the weights."""

@@ -12,13 +12,16 @@ import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mlxcel.config.engines import backend_label
 from mlxcel.config.settings import ModelConfig
-from mlxcel.engine.capabilities import FillsInTheMiddle, ReportsKvCache
+from mlxcel.engine.adapters import LoraAdapters, SwitchesAdapters
+from mlxcel.engine.capabilities import FillsInTheMiddle, ReportsDevices, ReportsKvCache
 from mlxcel.engine.context import CONTEXT_LENGTH_EXCEEDED, context_overflow, longest_token
 from mlxcel.engine.handle import ends
 from mlxcel.engine.media import TakesMedia
@@ -30,7 +33,7 @@ from mlxcel.logs import request_scope
 from mlxcel.media.audio import SentMedia, decoded
 from mlxcel.media.policy import MediaError
 from mlxcel.wire.facts import MEDIA_PROMPT_REFUSED, MediaPrompt, TextFacts, TextSequence
-from mlxcel.worker.loader import TextEngine, load_text_engine
+from mlxcel.worker.loader import OnBroken, TextEngine, load_text_engine
 from mlxcel.worker.outbox import CALL_THREADS, StreamSink
 
 logger = logging.getLogger(__name__)
@@ -44,7 +47,19 @@ _LAYOUTS = ThreadPoolExecutor(CALL_THREADS, thread_name_prefix="layout")
 class TextService:
     """A text model's engine in its worker."""
 
-    calls = frozenset({"tokenize", "token_pieces", "tokenize_with_media", "slots", "stop"})
+    calls = frozenset(
+        {
+            "tokenize",
+            "token_pieces",
+            "tokenize_with_media",
+            "slots",
+            "slot_file",
+            "stop",
+            "load_adapter",
+            "unload_adapter",
+            "prompt_cache",
+        }
+    )
     streams = frozenset({"generate", "generate_with_media"})
 
     def __init__(self, config: ModelConfig, engine: TextEngine) -> None:
@@ -52,9 +67,9 @@ class TextService:
         self._engine = engine
 
     @classmethod
-    def open(cls, config: ModelConfig, metrics: RecordsMetrics) -> TextService:
+    def open(cls, config: ModelConfig, metrics: RecordsMetrics, on_broken: OnBroken) -> TextService:
         """Load the model and start its engine."""
-        return cls(config, load_text_engine(config, metrics))
+        return cls(config, load_text_engine(config, metrics, on_broken))
 
     def facts(self) -> TextFacts:
         """What the HTTP process needs to serve the model."""
@@ -83,6 +98,7 @@ class TextService:
             kv_cache,
             longest_token(generator),
             rate,
+            generator.devices if isinstance(generator, ReportsDevices) else (),
         )
 
     def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
@@ -121,6 +137,52 @@ class TextService:
     def slots(self) -> list[SlotReport]:
         """The scheduler's snapshot for /slots."""
         return self._engine.scheduler.slots()
+
+    def load_adapter(self, name: str, path: str) -> None:
+        """Load a LoRA adapter over the model, between two steps; the base stays as it is."""
+        lora = self._lora("lora_path")
+        try:
+            self._engine.scheduler.call(lambda: lora.load(name, Path(path))).result()
+        except ValueError as exc:
+            raise EngineError(str(exc), "invalid_request_error", "lora_path") from exc
+
+    def unload_adapter(self, name: str) -> None:
+        """Free a LoRA adapter; EngineError(code='adapter_in_use') while sequences use it."""
+        lora, scheduler = self._lora("lora_name"), self._engine.scheduler
+
+        def unload() -> None:
+            if name not in lora.names:
+                raise EngineError(f"no LoRA adapter '{name}' is loaded", "not_found", "lora_name")
+            if name in scheduler.adapters_in_use():
+                message = f"the LoRA adapter '{name}' is in use by running or waiting requests"
+                raise EngineError(message, "adapter_in_use", "lora_name")
+            lora.unload(name)
+
+        scheduler.call(unload).result()
+
+    def _lora(self, param: str) -> LoraAdapters:
+        generator = self._engine.generator
+        if not isinstance(generator, SwitchesAdapters):
+            raise EngineError(
+                "this model's engine runs no LoRA adapters", "invalid_request_error", param
+            )
+        return generator.lora
+
+    def slot_file(self, action: str, slot: int, filename: str) -> dict[str, Any]:
+        """llama-server's slot save, restore or erase (slot_files.py), once the slot is free."""
+        files = self._engine.slot_files
+        if files is None:
+            message = "this model's KV state cannot be saved: no slot files"
+            raise EngineError(message, "not_supported")
+        if not 0 <= slot < self._engine.generator.n_slots:
+            raise EngineError(f"Invalid slot ID: {slot}", "invalid_request_error")
+        work = partial(files.run, action, slot, filename)
+        return dict(self._engine.scheduler.when_idle(slot, work).result())
+
+    def prompt_cache(self) -> dict[str, Any]:
+        """The prompt cache's tiers as /props shows them (empty without one)."""
+        tiers = self._engine.prompt_cache
+        return {} if tiers is None else tiers.stats()
 
     def stop(self) -> None:
         """End every running and waiting generation with a shutdown error."""

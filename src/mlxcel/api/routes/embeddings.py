@@ -39,14 +39,16 @@ async def _embedder(request: Request, name: str | None) -> tuple[LoadedEncoder, 
 async def openai_embeddings(body: EmbeddingRequest, request: Request) -> dict[str, Any]:
     """OpenAI's embeddings list."""
     loaded, model = await _embedder(request, body.model)
-    return await embeddings(model, loaded.name, body, _limits(request))
+    return await embeddings(model, loaded.name, body, _limits(request), request.app.state.media)
 
 
 @router.post("/embedding")
 async def native_embedding(body: NativeEmbeddingRequest, request: Request) -> Any:
     """llama-server's shape: [{index, embedding: [[...]]}]."""
-    _loaded, model = await _embedder(request, body.model)
-    return await native_embeddings(model, body, _limits(request))
+    loaded, model = await _embedder(request, body.model)
+    return await native_embeddings(
+        model, loaded.name, body, _limits(request), request.app.state.media
+    )
 
 
 @router.post("/embeddings")
@@ -63,7 +65,9 @@ async def bare_embeddings(request: Request, body: Annotated[dict[str, Any], Body
 
 async def _rerank(body: RerankRequest, request: Request, v2: bool) -> Any:
     loaded = await encoder_for(request, body.model, "rerank")
-    if not isinstance(loaded.encoder, RerankModel):
+    # A late-interaction embedding model reranks too, by MaxSim.
+    late = isinstance(loaded.encoder, EmbeddingModel) and loaded.encoder.info.query_tokens > 0
+    if not (isinstance(loaded.encoder, RerankModel) or late):
         raise invalid_model(f"the model '{loaded.name}' does not rerank")
     return await rerank(loaded.encoder, loaded.name, body, _limits(request), v2)
 

@@ -10,11 +10,14 @@ from fastapi import APIRouter, Depends, Request
 
 from mlxcel.api.auth import require_api_key
 from mlxcel.api.body_check import CheckedJsonRoute
+from mlxcel.api.routes.lora import adapter_models
 from mlxcel.api.state import entry_for, loaded_registry, unavailable
+from mlxcel.backends.group import describe
 from mlxcel.config.engines import backend_label
 from mlxcel.models.entry import ModelBusy, ModelEntry, ModelUnavailable
 from mlxcel.protocol.errors import APIError
 from mlxcel.protocol.models import ModelAction
+from mlxcel.serving.native import device_split
 
 listing = APIRouter(route_class=CheckedJsonRoute, dependencies=[Depends(require_api_key)])
 router = APIRouter(route_class=CheckedJsonRoute, dependencies=[Depends(require_api_key)])
@@ -32,6 +35,9 @@ def _listed(entry: ModelEntry, request: Request) -> dict[str, Any]:
     }
     if request.app.state.api_keys:
         meta["path"] = str(config.model)
+    meta.update(device_split(getattr(entry.model, "generator", None)))
+    if config.distributed is not None:
+        meta["distributed"] = describe(config.distributed)
     listed: dict[str, Any] = {
         "id": entry.name,
         "object": "model",
@@ -44,6 +50,8 @@ def _listed(entry: ModelEntry, request: Request) -> dict[str, Any]:
         "state": entry.state,
         "meta": meta,
     }
+    if config.kind == "embedding":
+        listed["multi_vector"] = config.multi_vector
     if entry.reason is not None:
         listed["reason"] = entry.reason
     return listed
@@ -74,7 +82,11 @@ async def list_models(request: Request) -> dict[str, Any]:
         ids = [model["id"] for model in data]
         first, last = (ids[0], ids[-1]) if ids else (None, None)
         return {"data": data, "has_more": False, "first_id": first, "last_id": last}
-    return {"object": "list", "data": [_listed(e, request) for e in entries]}
+    data = []
+    for entry in entries:
+        listed = _listed(entry, request)
+        data += [listed, *adapter_models(entry, listed)]
+    return {"object": "list", "data": data}
 
 
 @listing.get("/models/{model_id:path}")

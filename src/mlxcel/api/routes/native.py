@@ -15,6 +15,7 @@ from mlxcel.api.body_check import CheckedJsonRoute
 from mlxcel.api.routes.text import unless_disconnected
 from mlxcel.api.sse import DONE, event_stream
 from mlxcel.api.state import model_for
+from mlxcel.backends.group import describe
 from mlxcel.media.audio import SentMedia
 from mlxcel.protocol.chat import ChatCompletionRequest
 from mlxcel.protocol.infill import InfillRequest
@@ -57,9 +58,14 @@ async def props(request: Request, model: str | None = None) -> dict[str, Any]:
     """Server properties and the generation defaults, in llama-server's shape."""
     loaded = await model_for(request, model)
     answer = native.props(loaded, loaded.n_predict)
+    cache = answer["prompt_cache"] = await asyncio.to_thread(loaded.scheduler.prompt_cache)
+    if loaded.config.distributed is not None:
+        answer["distributed"] = describe(loaded.config.distributed)
     if not request.app.state.api_keys:
         # Only the file's name on an open server (docs/security.md): not where it lives.
         answer["model_path"] = Path(answer["model_path"]).name
+        if "disk" in cache:
+            cache["disk"]["path"] = Path(cache["disk"]["path"]).name
     return answer
 
 

@@ -1,4 +1,5 @@
-"""GET /metrics (Prometheus text) and GET /slots (what each slot is doing)."""
+"""GET /metrics (Prometheus text), GET /slots (what each slot is doing) and llama-server's
+slot actions, POST /slots/{id}?action=save|restore|erase (engine/slot_files.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mlxcel.api.auth import require_api_key
 from mlxcel.api.state import loaded_registry, model_for
+from mlxcel.engine.slot_files import ACTIONS, filename_problem
+from mlxcel.engine.types import EngineError
+from mlxcel.protocol.errors import APIError, invalid_request
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
@@ -49,3 +53,40 @@ async def slots(request: Request, model: str | None = None) -> list[dict[str, An
         }
         for index, report in enumerate(slots)
     ]
+
+
+def _not_supported(message: str) -> APIError:
+    return APIError(501, message, type="not_supported_error", code="not_supported")
+
+
+@router.post("/slots/{id_slot}")
+async def slot_action(
+    request: Request, id_slot: str, action: str = "", model: str | None = None
+) -> dict[str, Any]:
+    """llama-server's slot save, restore and erase, with files under --slot-save-path."""
+    loaded = await model_for(request, model)
+    if loaded.config.slot_save_path is None:
+        raise _not_supported(
+            "This server does not support slots action. Start it with `--slot-save-path`"
+        )
+    if not id_slot.isdigit() or int(id_slot) >= loaded.generator.n_slots:
+        raise invalid_request("Invalid slot ID", "id_slot")
+    if action not in ACTIONS:
+        raise invalid_request("Invalid action: use save, restore or erase", "action")
+    filename: Any = ""
+    if action != "erase":
+        body = await request.json() if await request.body() else None
+        filename = body.get("filename") if isinstance(body, dict) else None
+        if not isinstance(filename, str):
+            raise invalid_request("'filename' is required: a file name string", "filename")
+        problem = filename_problem(filename)
+        if problem is not None:
+            raise invalid_request(f"Invalid filename: {problem}", "filename")
+    try:
+        return await asyncio.to_thread(loaded.scheduler.slot_file, action, int(id_slot), filename)
+    except EngineError as exc:
+        if exc.code == "not_supported":
+            raise _not_supported(str(exc)) from exc
+        if exc.code in ("server_error", "shutting_down"):
+            raise APIError(500 if exc.code == "server_error" else 503, str(exc)) from exc
+        raise invalid_request(str(exc)) from exc

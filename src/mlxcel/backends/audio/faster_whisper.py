@@ -73,13 +73,15 @@ class FasterWhisperTranscriber:
     def transcribe(self, job: TranscribeJob) -> Iterator[TranscriptInfo | Segment]:
         """The info, then each segment as the model decodes it."""
         temperatures = FALLBACK_TEMPERATURES if job.temperature == 0 else (job.temperature,)
+        if job.draft:
+            temperatures = (0.0,)
         segments, info = self._model.transcribe(
             job.audio,
             language=job.language,
             task=job.task,
             initial_prompt=job.prompt or None,
             temperature=list(temperatures),
-            beam_size=self._options.beam_size,
+            beam_size=1 if job.draft else self._options.beam_size,
             word_timestamps=job.words,
         )
         yield TranscriptInfo(info.language, float(info.language_probability), info.duration)

@@ -102,6 +102,8 @@ class MlxWhisperTranscriber:
         from mlx_whisper.transcribe import ModelHolder
 
         temperatures = FALLBACK_TEMPERATURES if job.temperature == 0 else (job.temperature,)
+        if job.draft:
+            temperatures = (0.0,)
         with _DEVICE:
             ModelHolder.model, ModelHolder.model_path = self._model, self._path
             result: dict[str, Any] = mlx_whisper.transcribe(

@@ -26,6 +26,9 @@ class TranscribeJob:
     """0: greedy first, then higher temperatures where decoding fails (as OpenAI's whisper-1)."""
     words: bool = False
     """Word timestamps and probabilities."""
+    draft: bool = False
+    """A partial transcript of audio still being spoken: greedy, at temperature 0 alone
+    (cheaper; the turn's last decode is a full one)."""
 
 
 @dataclass(frozen=True)

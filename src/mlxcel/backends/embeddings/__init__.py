@@ -1,6 +1,7 @@
 """Embedding and reranking engines: llama.cpp for a GGUF; for a model folder, ONNX Runtime,
-torch (sentence-transformers) or MLX (mlx-embeddings, embeddings only), as measured or asked.
-Each loads lazily: its packages are imported only when a model of its kind is opened."""
+torch (sentence-transformers) or MLX (mlx-embeddings, embeddings only), as measured or asked;
+image-text folders (CLIP, SigLIP) on ONNX Runtime or torch, late-interaction ones (ColBERT) on
+torch. Each loads lazily: its packages are imported only when a model of its kind is opened."""
 
 from __future__ import annotations
 
@@ -12,7 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mlxcel.backends.embeddings.types import Embedder, EncoderInfo, Reranker
+from mlxcel.backends.embeddings.layout import folder_layout, is_vision_retriever
+from mlxcel.backends.embeddings.types import (
+    Embedder,
+    EmbedsImages,
+    EncoderInfo,
+    Reranker,
+    TakesQueries,
+    Unreadable,
+)
 from mlxcel.extras import install_extra
 
 if TYPE_CHECKING:
@@ -20,9 +29,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Embedder",
+    "EmbedsImages",
     "EncoderInfo",
     "EncoderOptions",
     "Reranker",
+    "TakesQueries",
+    "Unreadable",
     "folder_engine",
     "open_embedder",
     "open_reranker",
@@ -47,10 +59,17 @@ class EncoderOptions:
 def folder_engine(requested: str, folder: Path, rerank: bool) -> str:
     """The engine a model folder runs on, unless one is asked for: MLX (mlx-embeddings) for an
     MLX-quantized embedding folder, or on Apple Silicon where it is installed; else ONNX Runtime
-    on Linux (measured ahead of torch on a Linux CPU by bench/embeddings.py) when it is
-    installed; else torch."""
+    on Linux (measured ahead of torch on a Linux CPU by bench/embeddings.py, for texts and,
+    with --images, for CLIP's images) when it is installed; else torch. A late-interaction
+    folder (ColBERT) runs on torch."""
+    layout = "text" if rerank else folder_layout(folder)
+    if layout == "late-interaction":
+        return "torch"
     if requested != "auto":
         return requested
+    if layout == "image-text":
+        onnx = sys.platform == "linux" and importlib.util.find_spec("onnxruntime") is not None
+        return "onnxruntime" if onnx else "torch"
     if not rerank and importlib.util.find_spec("mlx_embeddings") is not None:
         config = folder / "config.json"
         quantized = config.is_file() and "quantization" in json.loads(config.read_text())
@@ -72,6 +91,8 @@ def _folder_engine(requested: str, folder: Path, rerank: bool) -> str:
     engine = folder_engine(requested, folder, rerank)
     if rerank and engine == "mlx":
         raise ValueError("mlx-embeddings has no cross-encoders: rerank on onnxruntime or torch")
+    if engine == "mlx" and folder_layout(folder) != "text":
+        raise ValueError(f"{folder.name}: image-text folders run on onnxruntime or torch, not mlx")
     for package in _PACKAGES[engine]:
         if importlib.util.find_spec(package) is None:
             hint = "pip install mlx-embeddings" if engine == "mlx" else INSTALL_HINT
@@ -99,6 +120,9 @@ def open_embedder(path: Path, options: EncoderOptions) -> Embedder:
             raise ValueError(f"{path.name} is a reranker (rank pooling), not an embedding model")
         return encoder
     engine = _folder_engine(options.engine, path, rerank=False)
+    layout = folder_layout(path)
+    if layout != "text":
+        return _open_special(path, layout, engine, options)
     if engine == "mlx":
         from mlxcel.backends.embeddings.mlx_models import MlxEmbedder
 
@@ -110,6 +134,28 @@ def open_embedder(path: Path, options: EncoderOptions) -> Embedder:
     from mlxcel.backends.embeddings.torch_models import TorchEmbedder
 
     return TorchEmbedder(path, threads=options.threads, batch_tokens=options.batch_tokens)
+
+
+def _open_special(path: Path, layout: str, engine: str, options: EncoderOptions) -> Embedder:
+    """An image-text folder (CLIP, SigLIP) or a late-interaction one (ColBERT, ColQwen2,
+    ColPali)."""
+    if layout == "late-interaction" and is_vision_retriever(path):
+        from mlxcel.backends.embeddings.colvision import ColVisionEmbedder
+
+        return ColVisionEmbedder(path, threads=options.threads, batch_tokens=options.batch_tokens)
+    if layout == "late-interaction":
+        from mlxcel.backends.embeddings.colbert import ColbertEmbedder
+
+        return ColbertEmbedder(path, threads=options.threads, batch_tokens=options.batch_tokens)
+    if engine == "onnxruntime":
+        from mlxcel.backends.embeddings.image_text_onnx import OnnxImageTextEmbedder
+
+        return OnnxImageTextEmbedder(
+            path, threads=options.threads, batch_tokens=options.batch_tokens
+        )
+    from mlxcel.backends.embeddings.image_text import TorchImageTextEmbedder
+
+    return TorchImageTextEmbedder(path, threads=options.threads, batch_tokens=options.batch_tokens)
 
 
 def open_reranker(path: Path, options: EncoderOptions) -> Reranker:

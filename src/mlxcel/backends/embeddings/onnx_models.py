@@ -75,8 +75,12 @@ class _Graph:
         self.module = Wrapped().eval()
 
 
-def _export(module: _Graph, sample: dict[str, Any], target: Path) -> None:
-    """Trace `module` on `sample` into `target`/model.onnx, batch and length dynamic."""
+Axes = dict[str, dict[int, str]]
+
+
+def _export(module: Any, sample: dict[str, Any], target: Path, axes: Axes | None) -> None:
+    """Trace `module` (a torch module of positional tensors) on `sample` into
+    `target`/model.onnx, the batch and length dynamic unless `axes` says which are."""
     import torch
 
     names = list(sample)
@@ -85,19 +89,22 @@ def _export(module: _Graph, sample: dict[str, Any], target: Path) -> None:
         # The tracer warns about shape checks that hold for every encoder input.
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            module.module,
+            module,
             tuple(sample[n] for n in names),
             str(target / "model.onnx"),
             input_names=names,
             output_names=["output"],
-            dynamic_axes={n: {0: "batch", 1: "tokens"} for n in names},
+            dynamic_axes=axes or {n: {0: "batch", 1: "tokens"} for n in names},
             opset_version=17,
             dynamo=False,
         )
 
 
-def cached_export(folder: Path, part: str, module: _Graph, sample: dict[str, Any]) -> Path:
-    """The ONNX file of `module`, exported now unless an earlier load left it in the cache."""
+def cached_export(
+    folder: Path, part: str, module: Any, sample: dict[str, Any], axes: Axes | None = None
+) -> Path:
+    """The ONNX file of `module` (a torch module), exported now unless an earlier load left it
+    in the cache."""
     final = cache_root() / "onnx" / f"{folder.name}-{part}-{_export_key(folder, part)}"
     model = final / "model.onnx"
     if model.is_file():
@@ -106,7 +113,7 @@ def cached_export(folder: Path, part: str, module: _Graph, sample: dict[str, Any
     logger.info("exporting %s to ONNX (once; kept in %s)", folder.name, final.parent)
     staging = Path(tempfile.mkdtemp(dir=final.parent, prefix=".export-"))
     try:
-        _export(module, sample, staging / "graph")
+        _export(module, sample, staging / "graph", axes)
         # Another process may have finished the same export first: keep theirs.
         try:
             (staging / "graph").rename(final)
@@ -136,7 +143,8 @@ def session_options(threads: int) -> Any:
     return options
 
 
-def _session(model: Path, threads: int) -> Any:
+def session(model: Path, threads: int) -> Any:
+    """An onnxruntime session of `model` on the CPU."""
     import onnxruntime as ort
 
     options = session_options(threads)
@@ -182,8 +190,10 @@ class OnnxEmbedder(TorchEmbedder):
                 "serve this one with --embedding-engine torch"
             )
         sample = _sample(self, self.tokenize(["a sentence to trace", "b"]))
-        model = cached_export(path, "embed", _Graph(transformer, list(sample), output), sample)
-        self._modules[0] = _OnnxTransformer(_session(model, threads), output)
+        model = cached_export(
+            path, "embed", _Graph(transformer, list(sample), output).module, sample
+        )
+        self._modules[0] = _OnnxTransformer(session(model, threads), output)
         self.info = replace(self.info, engine=ENGINE)
 
 
@@ -195,8 +205,10 @@ class OnnxReranker(TorchReranker):
 
         super().__init__(path, threads=threads, batch_tokens=batch_tokens)
         sample = _sample(self, self.tokenize_pairs("a query to trace", ["a document", "b"]))
-        model = cached_export(path, "rerank", _Graph(self._model, list(sample), None), sample)
-        self._session = _session(model, threads)
+        model = cached_export(
+            path, "rerank", _Graph(self._model, list(sample), None).module, sample
+        )
+        self._session = session(model, threads)
         del self._model
         self.info = replace(self.info, engine=ENGINE)
 

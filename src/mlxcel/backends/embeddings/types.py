@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-Pooling = Literal["mean", "cls", "last", "none", "rank"]
+from mlxcel.media.images import EncodedImage
+
+# `projection`: an image-text model's own projected feature (CLIP's, SigLIP's).
+Pooling = Literal["mean", "cls", "last", "none", "rank", "projection"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,13 @@ class EncoderInfo:
     """The model's named prompts (sentence-transformers' `prompts`: query, passage...)."""
     query_prompt: str | None = None
     """The name of the prompt for queries, when the model has one."""
+    modalities: tuple[str, ...] = ("text",)
+    """What its inputs may be: text, and image for an image-text model (CLIP, SigLIP)."""
+    image_tokens: int = 0
+    """What one image costs in a shared batch's token budget (its patches)."""
+    query_tokens: int = 0
+    """A late-interaction model's query length: its queries are read apart from documents
+    (`TakesQueries`) and padded to this many rows; 0 for other models."""
 
     @property
     def multi_vector(self) -> bool:
@@ -63,6 +73,34 @@ class Embedder(Protocol):
 
     def close(self) -> None:
         """Free the weights."""
+        ...
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """An image whose header read but whose pixels did not decode: its request's 400, not a
+    failure of the batch it shared with others."""
+
+    message: str
+    code: str
+
+
+@runtime_checkable
+class EmbedsImages(Protocol):
+    """An embedder whose vectors for images share the space of its texts' (CLIP, SigLIP)."""
+
+    def embed_images(self, images: list[EncodedImage]) -> list[np.ndarray | Unreadable]:
+        """Each image's vector before any normalization, decoded here (in the worker)."""
+        ...
+
+
+@runtime_checkable
+class TakesQueries(Protocol):
+    """A late-interaction embedder, which reads a query apart from a document (its marker,
+    its expansion to a fixed length)."""
+
+    def tokenize_queries(self, texts: list[str]) -> list[list[int]]:
+        """Each query's token ids, its marker in, not yet expanded nor cut."""
         ...
 
 

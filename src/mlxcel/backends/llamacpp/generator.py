@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,47 +13,30 @@ import llguidance
 import numpy as np
 from llguidance.llamacpp import lltokenizer_from_vocab
 
-from mlxcel.backends.guidance import Constraint, constraint, held_by_guidance
+from mlxcel.backends.guidance import constraint, held_by_guidance
 from mlxcel.backends.llamacpp import drafting, native
 from mlxcel.backends.llamacpp.embedding_batch import decode_rows
 from mlxcel.backends.llamacpp.kv_cache import kv_cache_info
+from mlxcel.backends.llamacpp.lora import LlamaAdapters
 from mlxcel.backends.llamacpp.model import (
     LlamaCppOptions,
-    model_params,
+    load_model,
     new_context,
     read_chat_template,
     read_fim_tokens,
     read_generation_config,
 )
-from mlxcel.backends.llamacpp.sampling import (
-    build_chain,
-    sample_after_chain,
-    sample_with_logprobs,
-)
+from mlxcel.backends.llamacpp.sampling import build_chain
+from mlxcel.backends.llamacpp.slot_sampler import SlotSampler
 from mlxcel.backends.llamacpp.vision import Projector
-from mlxcel.engine.capabilities import FimTokens, KvCacheInfo
+from mlxcel.engine.capabilities import DeviceInfo, FimTokens, KvCacheInfo
 from mlxcel.engine.positions import Jumps, MropePositions
 from mlxcel.engine.speculative import DraftCosts
 from mlxcel.engine.types import ChatTemplate, Feed, MediaSpan, Sample, SamplingParams
 from mlxcel.media.audio import Media
 
 # The calls the engine thread makes for every token (native.holding_gil says why).
-_sampler_sample = native.holding_gil("llama_sampler_sample")
-_sampler_accept = native.holding_gil("llama_sampler_accept")
-_get_logits_ith = native.holding_gil("llama_get_logits_ith")
 _memory_seq_rm = native.holding_gil("llama_memory_seq_rm")
-
-
-@dataclass
-class _Slot:
-    """One sequence's sampler and what it needs to rebuild it."""
-
-    params: SamplingParams
-    chain: Any
-    banned: tuple[int, ...]
-    sampled: list[int]
-    guided: Constraint | None = None
-    """llguidance's state for the request's JSON schema or lark grammar, if it has one."""
 
 
 class LlamaCppGenerator:
@@ -62,19 +45,18 @@ class LlamaCppGenerator:
     def __init__(self, path: Path, options: LlamaCppOptions) -> None:
         native.route_native_logs(options.verbose)
         llama_cpp.llama_backend_init()
-        model = llama_cpp.llama_model_load_from_file(str(path).encode(), model_params(options))
-        if model is None:
-            raise ValueError(f"llama.cpp could not load {path}: not a valid GGUF model?")
+        model, self._devices = load_model(path, options)
         self._model = model
         self._vocab = llama_cpp.llama_model_get_vocab(model)
         self._ctx = new_context(model, options)
         self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._lora = LlamaAdapters(model, self._ctx)
         cells = int(llama_cpp.llama_n_ctx(self._ctx))
         self._kv_cache = kv_cache_info(model, cells, options.cache_type_k, options.cache_type_v)
         self._n_slots = options.parallel
         self._max_feed = llama_cpp.llama_n_batch(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self._max_feed, 0, 1)
-        self._slots: dict[int, _Slot] = {}
+        self._slots: dict[int, SlotSampler] = {}
         self._n_past = [0] * options.parallel
         """Each slot's next KV position: its token count until an M-RoPE image."""
         self._jumps = [Jumps() for _ in range(options.parallel)]
@@ -128,8 +110,16 @@ class LlamaCppGenerator:
         return self._generation_config
 
     @property
+    def lora(self) -> LlamaAdapters:
+        return self._lora
+
+    @property
     def kv_cache(self) -> KvCacheInfo:
         return self._kv_cache
+
+    @property
+    def devices(self) -> tuple[DeviceInfo, ...]:
+        return self._devices
 
     @property
     def fim_tokens(self) -> FimTokens:
@@ -196,7 +186,12 @@ class LlamaCppGenerator:
         if held_by_guidance(params):
             guided = constraint(params, self._guidance_tokenizer(), self._n_vocab)
         chain = build_chain(self._vocab, self._n_vocab, self.n_ctx_seq, params, banned)
-        self._slots[slot] = _Slot(params, chain, banned, [], guided)
+        self._slots[slot] = SlotSampler(
+            params, chain, banned, guided, self._n_vocab, self._eog[0], self._rebuild_chain
+        )
+
+    def _rebuild_chain(self, params: SamplingParams) -> Any:
+        return build_chain(self._vocab, self._n_vocab, self.n_ctx_seq, params)
 
     def _guidance_tokenizer(self) -> llguidance.LLTokenizer:
         """llguidance's view of the vocabulary, built on the first request that needs it."""
@@ -339,51 +334,7 @@ class LlamaCppGenerator:
         return replace(samples[0], then=tuple(samples[1:]))
 
     def _sample(self, slot: int, index: int) -> Sample:
-        state = self._slots[slot]
-        if state.guided is not None:
-            if state.guided.finished:
-                # The grammar is complete: end here, whatever min_tokens or ignore_eos would ban.
-                return Sample(self._eog[0])
-            # Every sampler in the chain reads these logits: the disallowed ones go first.
-            logits = np.ctypeslib.as_array(
-                _get_logits_ith(self._ctx, index), shape=(self._n_vocab,)
-            )
-            logits[~state.guided.allowed()] = -np.inf
-        if state.params.post_sampling_probs and state.params.logprobs is not None:
-            sample = sample_after_chain(
-                state.chain,
-                self._ctx,
-                index,
-                self._n_vocab,
-                state.params.logprobs,
-                greedy=state.params.temperature <= 0,
-            )
-            token = sample.token
-        else:
-            sample = None
-            token = int(_sampler_sample(state.chain, self._ctx, index))
-        if state.guided is not None:
-            state.guided.advance(token)
-        state.sampled.append(token)
-        if state.banned and not state.params.ignore_eos:
-            self._lift_ban_after_min_tokens(state)
-        top_n = state.params.logprobs
-        if sample is not None:
-            return sample
-        if top_n is None:
-            return Sample(token)
-        return sample_with_logprobs(self._ctx, index, self._n_vocab, token, top_n)
-
-    def _lift_ban_after_min_tokens(self, state: _Slot) -> None:
-        """Once min_tokens are out, end-of-generation tokens are allowed again."""
-        if len(state.sampled) < state.params.min_tokens:
-            return
-        llama_cpp.llama_sampler_free(state.chain)
-        state.chain = build_chain(self._vocab, self._n_vocab, self.n_ctx_seq, state.params)
-        state.banned = ()
-        # Penalty and DRY samplers remember what was generated: replay it.
-        for token in state.sampled:
-            _sampler_accept(state.chain, token)
+        return self._slots[slot].sample(self._ctx, index)
 
     def warm_up(self) -> None:
         """Run one token through the model so the first request does not pay for page-in."""
@@ -398,6 +349,7 @@ class LlamaCppGenerator:
     def close(self) -> None:
         for slot in list(self._slots):
             self.close_slot(slot)
+        self._lora.close()
         if self._projector is not None:
             self._projector.close()
         if self._draft_model is not None:

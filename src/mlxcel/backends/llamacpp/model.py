@@ -3,6 +3,7 @@ says about itself (sampling defaults, chat template, infill tokens)."""
 
 from __future__ import annotations
 
+import ctypes
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,9 +11,9 @@ from typing import Any
 
 import llama_cpp
 
-from mlxcel.backends.llamacpp import native
+from mlxcel.backends.llamacpp import native, rpc
 from mlxcel.backends.llamacpp.kv_cache import ggml_type
-from mlxcel.engine.capabilities import FimTokens
+from mlxcel.engine.capabilities import DeviceInfo, FimTokens
 from mlxcel.engine.types import ChatTemplate
 
 logger = logging.getLogger(__name__)
@@ -55,6 +56,10 @@ class LlamaCppOptions:
     """Of V; a quantized V needs flash attention."""
     model_draft: Path | None = None
     """A draft model GGUF of the same vocabulary (-md): it drafts for speculative decoding."""
+    rpc: tuple[tuple[str, str], ...] = ()
+    """RPC servers to spread the layers over: (ggml endpoint, the host as the user named it)."""
+    tensor_split: tuple[float, ...] = ()
+    """Each device's share of the layers (--tensor-split); empty: by free memory."""
 
 
 # How --mmap/--no-mmap and --mlock load the weights; mmap alone is llama.cpp's own choice.
@@ -71,13 +76,35 @@ _FLASH_ATTN = {
 }
 
 
-def model_params(options: LlamaCppOptions) -> Any:
-    """llama.cpp's model parameters for these options."""
+def model_params(options: LlamaCppOptions, devices: rpc.ModelDevices | None = None) -> Any:
+    """llama.cpp's model parameters for these options (on `devices` where given)."""
     params = llama_cpp.llama_model_default_params()
     if options.n_gpu_layers is not None:
         params.n_gpu_layers = options.n_gpu_layers
     params.load_mode = _LOAD_MODES[options.mmap, options.mlock]
+    if devices is not None:
+        params.devices = ctypes.cast(devices.array, ctypes.c_void_p).value
+    if options.tensor_split:
+        if len(options.tensor_split) > llama_cpp.LLAMA_MAX_DEVICES:
+            raise ValueError(f"--tensor-split: at most {llama_cpp.LLAMA_MAX_DEVICES} shares")
+        shares = (ctypes.c_float * llama_cpp.LLAMA_MAX_DEVICES)(*options.tensor_split)
+        params.tensor_split = shares  # the structure keeps the array alive
     return params
+
+
+def load_model(path: Path, options: LlamaCppOptions) -> tuple[Any, tuple[DeviceInfo, ...]]:
+    """The model loaded (onto its RPC servers too), and the devices its layers went to."""
+    devices = None
+    if options.rpc:
+        native.always_release_gil()
+        devices = rpc.model_devices(options.rpc)
+    with rpc.layer_split() as counts:
+        model = llama_cpp.llama_model_load_from_file(
+            str(path).encode(), model_params(options, devices)
+        )
+    if model is None:
+        raise ValueError(f"llama.cpp could not load {path}: not a valid GGUF model?")
+    return model, rpc.devices_report(devices, counts)
 
 
 def new_context(model: Any, options: LlamaCppOptions) -> Any:

@@ -55,16 +55,29 @@ def tokenize(vocab: Any, data: bytes, *, add_special: bool, parse_special: bool)
 # and the engine thread then waits for it, up to the interpreter's switch interval (5 ms),
 # for every token it samples. The same symbols through a PyDLL keep the GIL: for calls far
 # shorter than that wait (sampling, KV edits), never for llama_decode.
+# On a model whose layers sit on RPC hosts none of this holds: reading logits waits on the
+# network (and, over the keyed channel, on a relay thread in this process that needs the GIL).
 _LIBRARY = llama_cpp.llama_cpp._lib
 _HOLDING_GIL = ctypes.PyDLL(_LIBRARY._name, handle=_LIBRARY._handle)
+_ALWAYS_RELEASE: list[bool] = [False]
+
+
+def always_release_gil() -> None:
+    """Make every `holding_gil` function release the GIL from now on, in this process."""
+    _ALWAYS_RELEASE[0] = True
 
 
 def holding_gil(name: str) -> Any:
-    """llama.cpp's function `name`, called without releasing the GIL."""
+    """llama.cpp's function `name`, called without releasing the GIL (unless
+    `always_release_gil` was called)."""
     released = getattr(_LIBRARY, name)
     held = getattr(_HOLDING_GIL, name)
     held.argtypes, held.restype = released.argtypes, released.restype
-    return held
+
+    def call(*args: Any) -> Any:
+        return (released if _ALWAYS_RELEASE[0] else held)(*args)
+
+    return call
 
 
 def put_token(batch: Any, index: int, token: int, pos: int, seq: int, logits: bool) -> None:

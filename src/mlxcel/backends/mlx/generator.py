@@ -19,6 +19,7 @@ from mlxcel.backends.mlx.batch import BatchedRows, DecodeRows, SingleRows, run, 
 from mlxcel.backends.mlx.config import config_value, read_generation_config
 from mlxcel.backends.mlx.dry import Dry
 from mlxcel.backends.mlx.kv_state import from_bytes, to_bytes, unsaveable
+from mlxcel.backends.mlx.lora import MlxAdapters
 from mlxcel.backends.mlx.sampling import SlotSampler, sample_rows
 from mlxcel.backends.mlx.vocab import Vocabulary
 from mlxcel.engine.positions import Jumps
@@ -112,6 +113,7 @@ class MlxGenerator:
 
     def _load(self, path: Path, options: MlxOptions) -> None:
         self._model, config = self._call(self._open_model, path)
+        self._lora = MlxAdapters(lambda: self._model, self._call)
         self._read_vocabulary(path, options, config)
         fresh = self._call(make_prompt_cache, self._model)
         blocking = unbatchable(fresh)
@@ -124,7 +126,8 @@ class MlxGenerator:
         self._can_save_state = not unsaved
         if unsaved:
             logger.warning(
-                "%s cannot be saved: no host-memory prompt cache (--cache-ram)",
+                "%s cannot be saved: no prompt cache in host memory or on disk (--cache-ram, "
+                "--cache-disk); prompts are reused from the slots only",
                 ", ".join(unsaved),
             )
         self._generation_config = read_generation_config(path)
@@ -148,6 +151,10 @@ class MlxGenerator:
     @property
     def n_slots(self) -> int:
         return self._n_slots
+
+    @property
+    def lora(self) -> MlxAdapters:
+        return self._lora
 
     @property
     def max_feed_tokens(self) -> int:
