@@ -13,8 +13,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import ollama
 import pytest
 
+from tests._client_util import default_gguf
+from tests.conftest import start
 from tests.fake_hub import FakeHub, fake_hub
 
 MIB = 1 << 20
@@ -163,3 +166,109 @@ def test_list_and_rm(hub: FakeHub, tmp_path: Path) -> None:
     assert not (tmp_path / "models--org--tiny-mlx").exists()
     unknown = mlxcel(hub, tmp_path, "rm", "-y", "org/never")
     assert unknown.returncode == 1 and "is not in the Hugging Face cache" in unknown.stderr
+
+
+def test_pull_over_http_with_progress_then_load_and_serve(hub: FakeHub, tmp_path: Path) -> None:
+    """POST /models/pull answers at once with an id; its events show bytes coming and end with
+    done; the pulled GGUF is added to the running server by POST /models/load with a path and
+    answers a chat; DELETE /models/NAME refuses it while it is loaded, removes it after."""
+    gguf = default_gguf().read_bytes()
+    hub.repos["org/served-GGUF"] = {"served-Q4_1.gguf": gguf}
+    hub.cut_once.add("served-Q4_1.gguf")
+    env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "cache")}
+    for folder in ("closed", "open"):
+        (tmp_path / folder).mkdir()
+    closed = start(tmp_path / "closed", "--threads", "1", env=env)
+    try:
+        with closed.http() as http:
+            refused = http.post("/models/pull", json={"model": "org/served-GGUF"})
+            assert refused.status_code == 403
+            assert refused.json()["error"]["code"] == "downloads_disabled"
+    finally:
+        closed.stop()
+    server = start(tmp_path / "open", "--threads", "1", "--allow-downloads", env=env)
+    try:
+        with server.http() as http:
+            started = http.post("/models/pull", json={"model": "org/served-GGUF:Q4_1"})
+            assert started.status_code == 202, started.text
+            job = started.json()
+            assert job["status"] == "running" and job["total_bytes"] == len(gguf)
+            with http.stream("GET", f"/models/pull/{job['id']}/events") as events:
+                lines = [
+                    json.loads(line[6:]) for line in events.iter_lines() if line[:6] == "data: "
+                ]
+            assert lines[-1]["type"] == "done" and lines[-1]["done_bytes"] == len(gguf)
+            assert all(e["type"] == "progress" for e in lines[:-1])
+            path = lines[-1]["path"]
+            assert Path(path).read_bytes() == gguf
+            assert http.get(f"/models/pull/{job['id']}").json()["status"] == "done"
+            for body, status in (
+                ({"model": "nobody/nothing"}, 400),
+                ({"model": "org/served-GGUF:Q9"}, 400),
+                ({"model": "org/served-GGUF", "extra": 1}, 400),
+            ):
+                assert http.post("/models/pull", json=body).status_code == status, body
+            assert http.get("/models/pull/pull-99").status_code == 404
+
+            # A cancelled pull stops at its next chunk; the next pull resumes its part.
+            hub.stall_once.add("tiny-Q4_K_M.gguf")
+            big = http.post("/models/pull", json={"model": "org/tiny-GGUF:Q4_K_M"}).json()
+            deadline = time.monotonic() + 60
+            while http.get(f"/models/pull/{big['id']}").json()["done_bytes"] < 10 * MIB:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            assert http.delete(f"/models/pull/{big['id']}").status_code == 200
+            hub.release.set()
+            while http.get(f"/models/pull/{big['id']}").json()["status"] == "running":
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            assert http.get(f"/models/pull/{big['id']}").json()["status"] == "cancelled"
+            again = http.post("/models/pull", json={"model": "org/tiny-GGUF:Q4_K_M"}).json()
+            while http.get(f"/models/pull/{again['id']}").json()["status"] == "running":
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            assert http.get(f"/models/pull/{again['id']}").json()["status"] == "done"
+            assert hub.ranges[-1] == ("tiny-Q4_K_M.gguf", f"bytes={10 * MIB}-")
+
+            name = "org/served-GGUF:served-Q4_1.gguf"
+            loaded = http.post("/models/load", json={"model": "pulled", "path": name})
+            assert loaded.status_code == 200, loaded.text
+            chat = {"model": "pulled", "messages": [{"role": "user", "content": "Hi"}]}
+            answer = http.post("/v1/chat/completions", json={**chat, "max_tokens": 2})
+            assert answer.status_code == 200 and answer.json()["model"] == "pulled"
+            held = http.delete(f"/models/{name}")
+            assert held.status_code == 409 and "in use by process" in held.text
+            assert http.post("/models/unload", json={"model": "pulled"}).status_code == 200
+            gone = http.delete(f"/models/{name}")
+            assert gone.status_code == 200, gone.text
+            assert not Path(path).exists()
+            missing = http.post("/models/load", json={"model": "x", "path": "/nowhere.gguf"})
+            assert missing.status_code == 400 and missing.json()["error"]["param"] == "path"
+    finally:
+        server.stop()
+
+
+def test_ollama_pull_and_delete(hub: FakeHub, tmp_path: Path) -> None:
+    """Ollama's client pulls a Hugging Face repo as Ollama names one, with its status lines
+    and byte counts, and deletes it; a name of Ollama's own library is a clear 400."""
+    env = {"HF_ENDPOINT": hub.url, "HF_HUB_CACHE": str(tmp_path / "cache")}
+    server = start(tmp_path, "--threads", "1", "--allow-downloads", env=env)
+    try:
+        client = ollama.Client(host=server.root)
+        lines = list(client.pull("hf.co/org/tiny-GGUF:Q8_0", stream=True))
+        assert lines[0].status == "pulling manifest" and lines[-1].status == "success"
+        counted = [line for line in lines if line.total]
+        assert counted and counted[-1].completed == counted[-1].total == len(SMALL)
+        assert client.pull("hf.co/org/tiny-mlx").status == "success"
+        cached = tmp_path / "cache" / "models--org--tiny-GGUF"
+        assert next(cached.rglob("tiny-Q8_0.gguf")).read_bytes() == SMALL
+        client.delete("hf.co/org/tiny-GGUF:tiny-Q8_0.gguf")
+        assert not list(cached.rglob("tiny-Q8_0.gguf"))
+        with pytest.raises(ollama.ResponseError) as caught:
+            client.pull("llama3.2")
+        assert caught.value.status_code == 400 and "hf.co/ORG/NAME" in caught.value.error
+        with pytest.raises(ollama.ResponseError) as gone:
+            client.delete("hf.co/org/never")
+        assert gone.value.status_code == 404
+    finally:
+        server.stop()
