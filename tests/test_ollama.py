@@ -341,11 +341,11 @@ def test_tool_calls_come_back_as_objects(coder: ollama.Client) -> None:
          400, "format"),
         ("POST", "/api/embed", {"model": "smol", "input": "a"}, 400, "smol"),
         ("POST", "/api/show", {}, 400, "model"),
-        ("POST", "/api/pull", {"model": "llama3.2"}, 400, "-m"),
+        ("POST", "/api/pull", {"model": "llama3.2"}, 403, "--allow-downloads"),
         ("POST", "/api/create", {"model": "x", "from": "y"}, 400, "-m"),
         ("POST", "/api/copy", {"source": "smol", "destination": "x"}, 400, "-m"),
         ("POST", "/api/push", {"model": "smol"}, 400, "-m"),
-        ("DELETE", "/api/delete", {"model": "smol"}, 400, "-m"),
+        ("DELETE", "/api/delete", {"model": "smol"}, 403, "--allow-downloads"),
     ],
 )  # fmt: skip
 def test_errors_in_ollama_shape(

@@ -27,6 +27,8 @@ from mlxcel.api.routes import (
     observe,
     ollama,
     ollama_models,
+    ollama_pull,
+    pulls,
     realtime,
     responses,
     text,
@@ -39,6 +41,7 @@ from mlxcel.protocol.errors import APIError
 from mlxcel.serving.encoder_limits import EncoderLimits
 from mlxcel.serving.image_files import ImageFiles
 from mlxcel.serving.images import ImageLimits
+from mlxcel.serving.pulls import PullJobs
 
 
 def _envelope(path: str, error: APIError) -> bytes | None:
@@ -65,8 +68,11 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(health.public)
     app.state.image_files = ImageFiles(config.image_url_ttl, config.image_url_max_mib << 20)
     app.state.image_limits = ImageLimits(config.image_max_pixels, config.image_max_steps)
+    app.state.pulls = PullJobs() if config.allow_downloads else None
     app.state.realtime = config.realtime
     app.state.realtime_sessions = set()
+    # Before the unprefixed /models/{id} (a pull's routes live under /models/pull/).
+    app.include_router(pulls.router)
     for openai_routes in (
         models.listing,
         text.router,
@@ -87,6 +93,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app.include_router(anthropic.router)
     app.include_router(ollama.router)
     app.include_router(ollama_models.router)
+    app.include_router(ollama_pull.router)
     app.include_router(observe.router)
     if config.webui:
         app.include_router(webui_router())

@@ -1,6 +1,6 @@
 """What /openapi.json says of Ollama's routes: their answers, NDJSON streams, and the error
-shape {"error": "..."} on every other status they can answer (only 400 on model management,
-which this server does not do through them)."""
+shape {"error": "..."} on every other status they can answer (only 400 on the model management
+this server does not do through them)."""
 
 from __future__ import annotations
 
@@ -33,8 +33,11 @@ _BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("post", "/api/generate"): _GENERATED,
     ("post", "/api/embed"): _object({"embeddings": _LIST}),
     ("post", "/api/embeddings"): _object({"embedding": _LIST}),
+    # With --allow-downloads (docs/getting-models.md); a 400 without.
+    ("post", "/api/pull"): _object({"status": _STRING}),
+    ("delete", "/api/delete"): {"description": "no body"},
 }
-_STREAMS = {("post", "/api/chat"), ("post", "/api/generate")}
+_STREAMS = {("post", "/api/chat"), ("post", "/api/generate"), ("post", "/api/pull")}
 
 
 def ollama_responses(method: str, path: str, responses: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from mlxcel.cli.arguments import serve_arguments
 from mlxcel.cli.audio import audio_config
 from mlxcel.cli.distributed import distributed_config, serve_other_rank, with_split
 from mlxcel.cli.encoders import encoder_config
+from mlxcel.cli.hub import add_hub_commands, run_hub
 from mlxcel.cli.launch import launch_arguments, launch_argv
 from mlxcel.cli.llama_server import check_llama_server_arguments
 from mlxcel.cli.lora import check_lora_arguments, lora_adapters
@@ -274,7 +275,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="ggml's RPC server, from the build that serves the model.",
     )
     rpc_server_arguments(rpc_server)
+    add_hub_commands(commands)
     args, unknown = parser.parse_known_args(argv)
+    if args.command in ("pull", "list", "rm"):
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return run_hub(parser, args)
     if unknown:
         # Said by the subcommand, so a typo in one of its flags shows its usage, not ours.
         {"launch": launch, "rpc-server": rpc_server}.get(args.command, serve).error(

@@ -86,6 +86,13 @@ def security_arguments(parser: argparse.ArgumentParser) -> None:
         "or '*' for any; others get 400 (DNS rebinding)",
     )
     add(
+        "--allow-downloads",
+        action="store_true",
+        help="let API clients pull models from the Hugging Face Hub, add them to the server "
+        "and remove them from disk (POST /models/pull, DELETE /models/NAME, POST /models/load "
+        "with a path); off by default: a server facing a network should not fetch on request",
+    )
+    add(
         "--public-openapi",
         action="store_true",
         help="serve /openapi.json without the API key",
@@ -114,4 +121,5 @@ def security_settings(args: argparse.Namespace) -> dict[str, Any]:
         "max_connections": args.max_connections,
         "allowed_hosts": args.allowed_hosts,
         "public_openapi": args.public_openapi,
+        "allow_downloads": args.allow_downloads,
     }

@@ -359,6 +359,8 @@ class ServerConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     allowed_hosts: tuple[str, ...] = ()
     """Host header names accepted beside the bound address and loopback names ('*': any)."""
+    allow_downloads: bool = False
+    """POST /models/pull, DELETE /models/NAME and /models/load with a path (--allow-downloads)."""
     public_openapi: bool = False
     """Serve /openapi.json without the API key."""
     image_url_ttl: float = DEFAULT_IMAGE_URL_TTL

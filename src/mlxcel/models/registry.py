@@ -78,6 +78,16 @@ class ModelRegistry:
         # One load at a time: each is measured alone, and each decides about room alone.
         self._load_lock = asyncio.Lock()
 
+    def add(self, config: ModelConfig) -> ModelEntry:
+        """A model added while the server runs (POST /models/load with a path); ValueError if
+        one of its names is taken."""
+        taken = [name for name in config.names if any(e.answers_to(name) for e in self._entries)]
+        if taken:
+            raise ValueError(f"a model is already served as '{taken[0]}'")
+        entry = ModelEntry(config)
+        self._entries.append(entry)
+        return entry
+
     def entries(self) -> list[ModelEntry]:
         """Every configured model, first one first."""
         return list(self._entries)

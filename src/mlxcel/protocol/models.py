@@ -11,3 +11,14 @@ class ModelAction(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str
+    path: str | None = None
+    """POST /models/load only: a model on disk to add under the name `model` (a GGUF file or
+    model folder, or what `mlxcel list` names: ORG/NAME, ORG/NAME:FILE.gguf)."""
+
+
+class ModelPull(BaseModel):
+    """What `POST /models/pull` downloads: `ORG/NAME` or `ORG/NAME:FILE_OR_QUANT`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str

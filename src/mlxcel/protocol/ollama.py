@@ -214,3 +214,19 @@ class ShowRequest(Strict):
     model: str | None = None
     name: str | None = None
     verbose: bool = False
+
+
+class PullRequest(Strict):
+    """POST /api/pull: a Hugging Face repo, as Ollama names one (hf.co/ORG/NAME:QUANT)."""
+
+    model: str | None = None
+    name: str | None = None
+    insecure: bool = False
+    stream: bool = True
+
+
+class DeleteRequest(Strict):
+    """DELETE /api/delete."""
+
+    model: str | None = None
+    name: str | None = None

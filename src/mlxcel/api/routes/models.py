@@ -11,11 +11,12 @@ from fastapi import APIRouter, Depends, Request
 from mlxcel.api.auth import require_api_key
 from mlxcel.api.body_check import CheckedJsonRoute
 from mlxcel.api.routes.lora import adapter_models
+from mlxcel.api.routes.pulls import added
 from mlxcel.api.state import entry_for, loaded_registry, unavailable
 from mlxcel.backends.group import describe
 from mlxcel.config.engines import backend_label
 from mlxcel.models.entry import ModelBusy, ModelEntry, ModelUnavailable
-from mlxcel.protocol.errors import APIError
+from mlxcel.protocol.errors import APIError, invalid_request
 from mlxcel.protocol.models import ModelAction
 from mlxcel.serving.native import device_split
 
@@ -102,7 +103,10 @@ async def retrieve_model(model_id: str, request: Request) -> dict[str, Any]:
 
 @router.post("/models/load")
 async def load(body: ModelAction, request: Request) -> dict[str, Any]:
-    """Load a model now (nothing to do if it is loaded)."""
+    """Load a model now (nothing to do if it is loaded); with a `path`, first add the model on
+    disk there under the name `model` (a pulled model, without a restart)."""
+    if body.path is not None:
+        await added(request, body.model, body.path)
     entry = entry_for(request, body.model, None)
     try:
         await loaded_registry(request).load(entry)
@@ -114,6 +118,8 @@ async def load(body: ModelAction, request: Request) -> dict[str, Any]:
 @router.post("/models/unload")
 async def unload(body: ModelAction, request: Request) -> dict[str, Any]:
     """Unload a model now, ending its engine; 409 while requests hold it."""
+    if body.path is not None:
+        raise invalid_request("'path' is for POST /models/load", "path")
     entry = entry_for(request, body.model, None)
     try:
         await loaded_registry(request).unload(entry)

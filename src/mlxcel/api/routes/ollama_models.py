@@ -19,11 +19,9 @@ from mlxcel.serving.ollama_models import listed, running, shown
 OLLAMA_VERSION = "0.12.6"
 # What each management route would do, and what to do here instead.
 _MANAGEMENT = {
-    "/api/pull": ("downloading models", ["POST"]),
     "/api/push": ("uploading models", ["POST"]),
     "/api/create": ("creating models", ["POST"]),
     "/api/copy": ("copying models", ["POST"]),
-    "/api/delete": ("deleting models", ["DELETE"]),
     "/api/blobs/{digest}": ("uploading model files", ["HEAD", "POST"]),
 }
 _INSTEAD = (
