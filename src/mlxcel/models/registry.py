@@ -81,11 +81,9 @@ class ModelRegistry:
     def add(self, config: ModelConfig) -> ModelEntry:
         """A model added while the server runs (POST /models/load with a path); ValueError if
         one of its names is taken."""
-        taken = [name for name in config.names if any(e.answers_to(name) for e in self._entries)]
-        if taken:
-            raise ValueError(f"a model is already served as '{taken[0]}'")
-        entry = ModelEntry(config)
-        self._entries.append(entry)
+        if any(e.answers_to(name) for name in config.names for e in self._entries):
+            raise ValueError(f"a model is already served as one of {', '.join(config.names)}")
+        self._entries.append(entry := ModelEntry(config))
         return entry
 
     def entries(self) -> list[ModelEntry]:
