@@ -58,6 +58,11 @@ def test_pull_load_unload_and_remove_in_the_models_panel(
         expect(page.locator("#downloads-note")).to_be_hidden()
         assert page.locator(_row(page, "local-models", ON_DISK)).count() == 0
 
+        # A repo the Hub does not have: the 400's message, in the panel.
+        page.fill("#panel-models [name=model]", "org/nothing")
+        page.click("#panel-models button[type=submit]")
+        expect(page.locator("#panel-models .error")).to_contain_text("org/nothing")
+
         # The file stalls after 12 MiB: the bar shows the bytes so far, then Cancel stops it.
         hub.stall_once.add(FILE)
         page.fill("#panel-models [name=model]", f"{REPO}:Q4_1")
@@ -104,8 +109,8 @@ def test_pull_load_unload_and_remove_in_the_models_panel(
             listed = http.get("/models/local").json()
         assert listed["downloads"] is True
         assert all(Path(m["path"]).exists() for m in listed["data"])
-        # Only the refused Remove logged an error.
-        assert all("409" in error for error in view.errors), view.errors
+        # Only the refused pull and Remove logged an error.
+        assert all("400" in e or "409" in e for e in view.errors), view.errors
     finally:
         view.close()
         server.stop()
@@ -117,22 +122,36 @@ def test_a_server_without_downloads_says_so_in_the_panel(
 ) -> None:
     env = {"HF_HUB_CACHE": str(tmp_path / "cache")}
     server = start(tmp_path, "--ctx-size", "512", env=env)
-    view = Playground(chromium, server, viewport={"width": 1200, "height": 900})
     try:
-        page = _models_tab(view)
-        expect(page.locator("#downloads-note")).to_be_visible()
-        expect(page.locator("#local-models tr[data-model=default]")).to_have_count(1)
-        page.fill("#panel-models [name=model]", f"{REPO}:Q4_1")
-        page.click("#panel-models button[type=submit]")
-        error = page.locator("#panel-models .error")
-        expect(error).to_contain_text("downloads are off on this server")
-        expect(page.locator(".pull-form progress")).to_be_hidden()
+        view = Playground(chromium, server, viewport={"width": 1200, "height": 900})
+        try:
+            page = _models_tab(view)
+            expect(page.locator("#downloads-note")).to_be_visible()
+            expect(page.locator("#local-models tr[data-model=default]")).to_have_count(1)
+            page.fill("#panel-models [name=model]", f"{REPO}:Q4_1")
+            page.click("#panel-models button[type=submit]")
+            error = page.locator("#panel-models .error")
+            expect(error).to_contain_text("downloads are off on this server")
+            expect(page.locator(".pull-form progress")).to_be_hidden()
+            assert all("403" in e for e in view.errors), view.errors
+        finally:
+            view.close()
         with server.http() as http:
             listed = http.get("/models/local").json()
         assert listed["downloads"] is False
         # No API key: no paths (docs/security.md).
         assert listed["data"] and all("path" not in m for m in listed["data"])
-        assert all("403" in error for error in view.errors), view.errors
+
+        # On a phone, in dark mode, nothing is wider than the screen.
+        size = {"width": 390, "height": 800}
+        phone = Playground(chromium, server, viewport=size, color_scheme="dark")
+        try:
+            page = _models_tab(phone)
+            expect(page.locator("#local-models tr[data-model=default]")).to_have_count(1)
+            phone.shot(tmp_path / "phone.png")
+            assert page.evaluate("document.documentElement.scrollWidth") <= 390
+            assert phone.errors == []
+        finally:
+            phone.close()
     finally:
-        view.close()
         server.stop()

@@ -196,7 +196,10 @@ export function modelsPanel(changed = () => {}) {
       job = state.id;
       cancel.hidden = false;
       show(state);
-      for await (const update of pullEvents(job)) show(update);
+      for await (const update of pullEvents(job)) {
+        show(update);
+        if (update.type === "failed") fail(new Error(update.error ?? "the pull failed"));
+      }
     } catch (failure) {
       fail(failure);
     } finally {
@@ -208,7 +211,11 @@ export function modelsPanel(changed = () => {}) {
   });
 
   const table = (body, ...heads) =>
-    el("table", { class: "models-table" }, el("thead", {}, el("tr", {}, ...heads.map((h) => el("th", {}, h)))), body);
+    el(
+      "div",
+      { class: "table" },
+      el("table", { class: "models-table" }, el("thead", {}, el("tr", {}, ...heads.map((h) => el("th", {}, h)))), body),
+    );
   const view = el(
     "section",
     { class: "tool-panel models-panel", id: "panel-models" },
