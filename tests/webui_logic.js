@@ -8,6 +8,7 @@ async () => {
   const { streamStats, statsText } = await import("/webui/chat.js");
   const { availablePanels, cosine, ranked, scoreInput } = await import("/webui/tools.js");
   const { defaultSettings, newConversation, titleOf } = await import("/webui/store.js");
+  const { formatBytes, formatSeconds, pullProgress, servedName } = await import("/webui/hub.js");
   const { pcm16Base64, pcm16Samples, realtimeUrl, sessionUpdate } = await import("/webui/realtime.js");
 
   const results = {};
@@ -188,5 +189,33 @@ async () => {
     return same([empty, long.length, long.endsWith("…"), titleOf(conversation)],
       ["New chat", 48, true, "Named"]);
   });
+  check("byte sizes", () =>
+    same([0, 1023, 1536, 98362432, 5 * 2 ** 30, -1, undefined].map(formatBytes),
+      ["0 B", "1023 B", "1.5 KiB", "93.8 MiB", "5.0 GiB", "–", "–"]),
+  );
+  check("durations", () =>
+    same([4.4, 125, 7322, null].map(formatSeconds), ["4 s", "2 min 5 s", "2 h 2 min", ""]),
+  );
+  check("pull progress", () => {
+    const mib = 2 ** 20;
+    const running = { type: "progress", done_bytes: 12 * mib, total_bytes: 48 * mib, rate_bytes_per_s: 2 * mib, eta_s: 18 };
+    return same([
+      pullProgress(running),
+      pullProgress({ status: "running", done_bytes: 0, total_bytes: 0 }),
+      pullProgress({ type: "done", done_bytes: 48 * mib, total_bytes: 48 * mib }),
+      pullProgress({ type: "failed", done_bytes: mib, total_bytes: 4 * mib, error: "offline" }),
+      pullProgress({ type: "cancelled", done_bytes: mib, total_bytes: 4 * mib }),
+    ], [
+      { fraction: 0.25, text: "25% · 12.0 MiB of 48.0 MiB · 2.0 MiB/s · 18 s left" },
+      { fraction: null, text: "0 B" },
+      { fraction: 1, text: "Done: 48.0 MiB" },
+      { fraction: 0.25, text: "Failed: offline" },
+      { fraction: 0.25, text: "Cancelled at 25% · 1.0 MiB of 4.0 MiB" },
+    ]);
+  });
+  check("served names", () =>
+    same(["org/Foo-GGUF:Foo-Q4_K_M.gguf", "mlx-community/Qwen3 0.6B", "default (embedding)", ":"].map(servedName),
+      ["foo-q4_k_m", "qwen3-0.6b", "default-embedding", "model"]),
+  );
   return results;
 };

@@ -80,8 +80,8 @@ export class SseParser {
   }
 }
 
-/** Each JSON payload of an SSE response until [DONE]; an error event throws ApiError. */
-export async function* events(response) {
+/** The `data` of each event of a server-sent event response, as the bytes arrive. */
+export async function* eventData(response) {
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
   const parser = new SseParser();
@@ -89,14 +89,19 @@ export async function* events(response) {
     for (;;) {
       const { value, done } = await reader.read();
       if (done) return;
-      for (const data of parser.push(decoder.decode(value, { stream: true }))) {
-        if (data === "[DONE]") return;
-        const payload = JSON.parse(data);
-        if (payload.error) throw new ApiError(0, payload.error.message, payload.error.code);
-        yield payload;
-      }
+      yield* parser.push(decoder.decode(value, { stream: true }));
     }
   } finally {
     reader.cancel().catch(() => {});
+  }
+}
+
+/** Each JSON payload of an SSE response until [DONE]; an error event throws ApiError. */
+export async function* events(response) {
+  for await (const data of eventData(response)) {
+    if (data === "[DONE]") return;
+    const payload = JSON.parse(data);
+    if (payload.error) throw new ApiError(0, payload.error.message, payload.error.code);
+    yield payload;
   }
 }

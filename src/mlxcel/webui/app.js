@@ -1,6 +1,7 @@
 // The playground page: conversations, the model picker, the composer, settings and the key.
 import { ApiError, apiKey, getJson } from "./api.js";
 import { drawEditor, drawMessage, streamReply } from "./chat.js";
+import { modelsPanel } from "./hub.js";
 import { describeModels, withCapability } from "./models.js";
 import { fillForm, numberInputs, readForm, requestBody, showDefaults } from "./settings.js";
 import * as store from "./store.js";
@@ -399,18 +400,21 @@ async function attachImages(files) {
 function drawTabs() {
   const panels = availablePanels(state.models);
   const tabs = $("tabs");
-  tabs.hidden = !panels.length;
-  if (!panels.length) return;
+  tabs.hidden = false;
   const views = new Map(panels.map((panel) => [panel.id, panelView(panel)]));
+  const models = modelsPanel(refreshModels);
+  views.set("models", models.view);
   const show = (id) => {
     $("chat-view").hidden = id !== "chat";
     $("tools-view").hidden = id === "chat";
     if (id !== "chat") $("tools-view").replaceChildren(views.get(id));
+    if (id === "models") models.refresh();
     for (const tab of tabs.children) tab.setAttribute("aria-pressed", String(tab.dataset.view === id));
   };
   const tab = (id, label) =>
     el("button", { type: "button", class: "tab", "data-view": id, onclick: () => show(id) }, label);
-  tabs.replaceChildren(tab("chat", "Chat"), ...panels.map((panel) => tab(panel.id, panel.label)));
+  const labels = [...panels.map((panel) => [panel.id, panel.label]), ["models", "Models"]];
+  tabs.replaceChildren(tab("chat", "Chat"), ...labels.map(([id, label]) => tab(id, label)));
   show("chat");
 }
 

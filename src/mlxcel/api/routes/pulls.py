@@ -1,6 +1,7 @@
 """Getting models over HTTP, for UIs: POST /models/pull (and its progress as server-sent
 events, its state, its cancel) and DELETE /models/{name}; POST /models/load with a `path`
-adds what was pulled to the running server. All behind --allow-downloads and the API key."""
+adds what was pulled to the running server. All behind --allow-downloads and the API key;
+GET /models/local, what is on disk, only behind the key (it changes nothing)."""
 
 from __future__ import annotations
 
@@ -83,6 +84,27 @@ async def added(request: Request, name: str, path: str) -> None:
             config, threads=like.threads, ctx_size=like.ctx_size, parallel=like.parallel
         )
     registry.add(config)
+
+
+@router.get("/models/local")
+async def on_disk(request: Request) -> dict[str, Any]:
+    """The models on this machine `mlxcel serve` can serve (what `mlxcel list` shows), and
+    whether this server pulls and removes; their paths only with an API key set, as for
+    GET /v1/models (docs/security.md)."""
+    keyed = bool(request.app.state.api_keys)
+    data = []
+    for model in await asyncio.to_thread(local_models):
+        listed: dict[str, Any] = {
+            "name": model.name,
+            "kind": model.kind,
+            "size_bytes": model.size,
+            "quantization": model.quantization,
+        }
+        if keyed:
+            listed["path"] = str(model.path)
+        data.append(listed)
+    downloads_on = request.app.state.pulls is not None
+    return {"object": "list", "data": data, "downloads": downloads_on}
 
 
 @router.post("/models/pull", status_code=202)
