@@ -254,8 +254,12 @@ class Scheduler:
             samples = self._generator.step(feeds)
         except Exception as exc:
             logger.exception("engine step failed")
+            # An engine's own error keeps its code (a lost rank's model_unavailable).
+            error = (
+                exc if isinstance(exc, EngineError) else EngineError(f"generation failed: {exc}")
+            )
             for running in list(self._running):
-                self._finish(running, "", error=EngineError(f"generation failed: {exc}"))
+                self._finish(running, "", error=error)
             return
         by_slot = {r.slot: r for r in self._running}
         prompt = sum(len(f.tokens) for f in feeds if by_slot[f.slot].prefilling)

@@ -147,11 +147,13 @@ async def cancel_pull(job_id: str, request: Request) -> dict[str, Any]:
     return job.state()
 
 
-@router.delete("/models/{name:path}", response_model=None)
-async def delete_model(name: str, request: Request) -> JSONResponse:
-    """Remove a model from the Hugging Face cache (ORG/NAME or ORG/NAME:FILE); 409 while a
-    process (a model this server serves) holds it."""
+@router.delete("/models/{org}/{repo:path}", response_model=None)
+async def delete_model(org: str, repo: str, request: Request) -> JSONResponse:
+    """Remove a model from the Hugging Face cache (ORG/NAME or ORG/NAME:FILE: a repo's name
+    always has its owner, so /models/load and the like are never taken for one); 409 while
+    a process (a model this server serves) holds it."""
     downloads(request)
+    name = f"{org}/{repo}"
     try:
         removed = await asyncio.to_thread(remove, name)
     except RemoveError as exc:
