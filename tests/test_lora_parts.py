@@ -14,6 +14,8 @@ from mlxcel.cli.main import _config
 from mlxcel.config.adapters import LoraAdapter
 from mlxcel.config.settings import ServerConfig
 from mlxcel.engine.adapters import ADAPTER_TURN_STEPS, Turns, adapter_set
+from mlxcel.engine.cache_tiers import CacheTiers, adapter_tag
+from mlxcel.engine.disk_cache import DiskCache, StateKey
 from mlxcel.engine.prompt_cache import PromptCache
 from mlxcel.engine.slots import SlotPool
 from mlxcel.weights import default_model_path
@@ -59,6 +61,34 @@ def test_the_prompt_cache_keeps_each_set_apart() -> None:
     assert cache.best([1, 2, 3, 4], (("b", 1.0),)) == (None, 0)
     cache.take(entry)
     assert len(cache) == 1 and cache.total_bytes == len(b"base")
+
+
+def test_the_disk_tier_keeps_each_set_apart(tmp_path: Path) -> None:
+    """What the RAM tier lets go reaches disk tagged with its adapter set, and only a prompt
+    run with the same set finds it there (the tiers' drain carries the set too)."""
+    key = StateKey("model", "llamacpp 1", "f16/f16", "ctx 512")
+    tiers = CacheTiers(0, DiskCache(tmp_path, key, max_bytes=-1))
+    alpha = (("a", 1.0),)
+    tiers.ram.put([1, 2, 3, 4], b"alpha", alpha)  # past the RAM tier's room: spilled to disk
+    tiers.ram.put([1, 2, 3], b"base")
+    disk = tiers.disk
+    assert disk is not None
+    tiers.drain(_NoSlots(), [], _NoMetrics())  # waits for the writer
+    entry, shared = disk.best([1, 2, 3, 4, 5], adapter_tag(alpha))
+    assert entry is not None and shared == 4 and disk.read(entry) == b"alpha"
+    entry, shared = disk.best([1, 2, 3, 4, 5], adapter_tag(()))
+    assert entry is not None and shared == 3 and disk.read(entry) == b"base"
+    assert disk.best([1, 2, 3, 4, 5], adapter_tag((("b", 1.0),))) == (None, 0)
+
+
+class _NoSlots:
+    def save_state(self, slot: int) -> bytes:
+        raise AssertionError("no slot to save")
+
+
+class _NoMetrics:
+    def disk_size(self, entries: int, total_bytes: int) -> None:
+        pass
 
 
 def _serve(*argv: str) -> ServerConfig:
