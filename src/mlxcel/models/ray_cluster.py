@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 
 from mlxcel.config.settings import ModelConfig
 from mlxcel.engine.metrics import EngineMetrics
@@ -23,6 +24,8 @@ INSTALL = "pip install 'mlxcel[ray]'"
 # The Ray namespace the deployments live in.
 NAMESPACE = "mlxcel"
 
+# Seconds the cluster's port has to answer at start.
+PROBE_S = 5.0
 _connected: list[str] = []
 
 
@@ -33,6 +36,7 @@ class RayUnreachable(Exception):
 def connect(address: str) -> None:
     """Join the cluster at `address` (host:port, ray://host:port or auto) as a driver and
     start Ray Serve there without its HTTP proxy (this server is the ingress)."""
+    _reachable(address)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_SERVE_LOG_TO_STDERR", "0")
     try:
@@ -54,6 +58,19 @@ def connect(address: str) -> None:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise RayUnreachable(f"the Ray cluster at {address} cannot be reached: {first}") from None
     _connected.append(address)
+
+
+def _reachable(address: str) -> None:
+    """Refuse at once a cluster whose port does not answer (Ray's own client would wait for
+    it for minutes)."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), PROBE_S).close()
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise RayUnreachable(f"the Ray cluster at {address} cannot be reached: {why}") from None
 
 
 def connected() -> bool:
