@@ -1,8 +1,9 @@
-"""Replicas on a Ray cluster (`serve --ray`): a one-node cluster on loopback that the test
-starts (`ray start --head`, its own temp dir), two replicas of the default model deployed on
-it. Requests are answered through Ray with the same greedy output as a local server, a
-repeated prefix returns to the replica that holds it, a replica whose worker is killed fails
-its stream with 503 and Ray replaces it, and an unreachable cluster is one line and exit 2."""
+"""Replicas on a Ray cluster (`serve --ray`): a two-node cluster that the test starts, the
+head here (`ray start --head`, its own temp dir) and a second node in a network namespace
+joined by a veth pair, two replicas of the default model deployed on it, one per node.
+Requests are answered through Ray with the same greedy output as a local server, a repeated
+prefix returns to the replica that holds it, a replica whose worker is killed fails its
+stream with 503 and Ray replaces it, and an unreachable cluster is one line and exit 2."""
 
 from __future__ import annotations
 
@@ -30,64 +31,116 @@ pytestmark = pytest.mark.slow
 RAY = Path(MLXCEL).with_name("ray")
 SYSTEMS = 3
 REPEATS = 3
+# The head node's address (here, on the veth) and the second node's (in the namespace).
+HEAD, NODE = "10.213.42.1", "10.213.42.2"
 
 
-def _kill_cluster(head: subprocess.Popen[bytes], temp_dir: str) -> None:
-    """End every process of the test's cluster: `ray start --block`'s group, then whatever
-    else names its temp dir (Ray's workers and replica actors)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def _kill(pids: list[int], sig: int) -> None:
+    for pid in pids:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(head.pid, sig)
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if temp_dir.encode() in cmdline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(entry.name), sig)
-        time.sleep(2 if sig == signal.SIGTERM else 0)
-    head.wait(10)
+            os.kill(pid, sig)
 
 
-@pytest.fixture(scope="module")
-def ray_address() -> Iterator[str]:
-    """A one-node Ray cluster on 127.0.0.1, no dashboard, no usage stats."""
-    temp_dir = tempfile.mkdtemp(prefix="mlxc42r-", dir="/tmp")
-    port = free_port()
-    head = subprocess.Popen(
-        [
-            str(RAY),
-            "start",
-            "--head",
-            "--block",
-            "--node-ip-address=127.0.0.1",
-            f"--port={port}",
-            f"--temp-dir={temp_dir}",
-            "--include-dashboard=false",
-            "--num-cpus=4",
-            "--disable-usage-stats",
-        ],
+def _cluster_pids(temp_dir: str, netns: str) -> list[int]:
+    """The cluster's processes: those naming its temp dir (the head's, its workers and
+    replica actors) and those in its network namespace (the second node's)."""
+    pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout
+    found = [int(pid) for pid in pids.split()]
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if temp_dir.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+    return found
+
+
+def _end_cluster(nodes: list[subprocess.Popen[bytes]], temp_dir: str, netns: str) -> None:
+    """End every process of the test's cluster, then its namespace and temp dir."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for node in nodes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(node.pid, sig)
+        _kill(_cluster_pids(temp_dir, netns), sig)
+        time.sleep(2 if sig == signal.SIGTERM else 0.5)
+    for node in nodes:
+        node.wait(10)
+    subprocess.run(["ip", "netns", "del", netns], check=False)
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _ray_node(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [*prefix, str(RAY), "start", "--block", "--disable-usage-stats", *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
         start_new_session=True,
     )
+
+
+def _network(netns: str) -> None:
+    """A namespace joined to this one by a veth pair: HEAD here, NODE there."""
+    veth = f"m42r{os.getpid() % 100000}"
+    for command in (
+        f"ip netns add {netns}",
+        f"ip link add {veth}h type veth peer name {veth}n",
+        f"ip link set {veth}n netns {netns}",
+        f"ip addr add {HEAD}/24 dev {veth}h",
+        f"ip link set {veth}h up",
+        f"ip -n {netns} addr add {NODE}/24 dev {veth}n",
+        f"ip -n {netns} link set {veth}n up",
+        f"ip -n {netns} link set lo up",
+    ):
+        subprocess.run(command.split(), check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def ray_address() -> Iterator[str]:
+    """A two-node Ray cluster, no dashboard, no usage stats: the head here on the veth's
+    address, the second node in a network namespace the test creates."""
+    temp_dir = tempfile.mkdtemp(prefix="mlxc42r-", dir="/tmp")
+    netns = f"mlxc42r-{os.getpid()}"
+    nodes: list[subprocess.Popen[bytes]] = []
     try:
-        address = f"127.0.0.1:{port}"
-        deadline = time.monotonic() + 90
-        while subprocess.run(
-            [str(RAY), "status", f"--address={address}"], capture_output=True, check=False
-        ).returncode:
-            assert head.poll() is None, "ray start --head failed"
-            assert time.monotonic() < deadline, "the Ray head did not start"
-            time.sleep(1)
+        _network(netns)
+        port = free_port()
+        address = f"{HEAD}:{port}"
+        nodes.append(
+            _ray_node(
+                "--head",
+                f"--node-ip-address={HEAD}",
+                f"--port={port}",
+                f"--temp-dir={temp_dir}",
+                "--include-dashboard=false",
+                "--num-cpus=1",
+            )
+        )
+        _wait_for_nodes(address, 1, nodes)
+        nodes.append(
+            _ray_node(
+                f"--address={address}",
+                f"--node-ip-address={NODE}",
+                "--num-cpus=1",
+                prefix=("ip", "netns", "exec", netns),
+            )
+        )
+        _wait_for_nodes(address, 2, nodes)
         yield address
     finally:
-        _kill_cluster(head, temp_dir)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        _end_cluster(nodes, temp_dir, netns)
+
+
+def _wait_for_nodes(address: str, count: int, nodes: list[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + 90
+    while True:
+        status = subprocess.run(
+            [str(RAY), "status", f"--address={address}"], capture_output=True, text=True
+        )
+        if status.returncode == 0 and status.stdout.count(" node_") >= count:
+            return
+        assert all(node.poll() is None for node in nodes), "a Ray node failed to start"
+        assert time.monotonic() < deadline, f"the Ray cluster has not {count} nodes"
+        time.sleep(1)
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +184,7 @@ def test_greedy_output_through_ray_equals_local(on_ray: ServerProcess, server: A
     assert through_ray.status_code == 200, through_ray.text
     assert through_ray.json()["choices"][0]["message"] == local.json()["choices"][0]["message"]
     listed = replicas(on_ray)
-    assert listed and all(r["node"] == "127.0.0.1" and r["pid"] > 0 for r in listed)
+    assert listed and all(r["node"] in (HEAD, NODE) and r["pid"] > 0 for r in listed)
 
 
 def test_repeated_prefix_returns_to_its_replica(on_ray: ServerProcess) -> None:
@@ -150,8 +203,10 @@ def test_repeated_prefix_returns_to_its_replica(on_ray: ServerProcess) -> None:
                 cached = usage["prompt_tokens_details"]["cached_tokens"]
                 hits += cached >= usage["prompt_tokens"] // 2
     assert hits >= 0.9 * repeats, (hits, repeats)
-    # New prompts spread: both replicas answered.
-    assert len([r for r in replicas(on_ray) if r["state"] == "serving"]) == 2
+    # New prompts spread: both replicas answered, one on each node (one CPU each).
+    listed = replicas(on_ray)
+    assert len([r for r in listed if r["state"] == "serving"]) == 2
+    assert {r["node"] for r in listed} == {HEAD, NODE}
     prefix = on_ray.metric("mlxcel_replica_routed_total", decision="prefix")
     assert prefix >= 0.9 * repeats
 

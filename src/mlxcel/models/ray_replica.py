@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
+import ray
 from ray import serve
 
 from mlxcel.engine.handle import call_on_loop, ends
@@ -77,7 +77,7 @@ class ModelReplica:
             "replica": serve.get_replica_context().replica_id.unique_id,
             "pid": self._worker.pid,
             "actor_pid": os.getpid(),
-            "node": socket.gethostbyname(socket.gethostname()),
+            "node": ray.util.get_node_ip_address(),
         }
 
     async def call(self, method: str, args: tuple[Any, ...]) -> Any:
