@@ -38,6 +38,9 @@ def connect(address: str) -> None:
     start Ray Serve there without its HTTP proxy (this server is the ingress)."""
     _reachable(address)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Ray ends a driver that cannot reach the cluster for a minute; this server stays up
+    # (its requests to the lost cluster get 503).
+    os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", str(365 * 86400))
     os.environ.setdefault("RAY_SERVE_LOG_TO_STDERR", "0")
     try:
         import ray

@@ -37,6 +37,10 @@ from mlxcel.wire.messages import Setup
 
 # Health checks every 2 s: a replica whose worker died is replaced within seconds.
 HEALTH_CHECK_S = 2.0
+# Seconds a request may wait for its replica's first item (which it sends on arrival, before
+# the model's queue), and a call for its answer, before the cluster counts as lost.
+FIRST_ITEM_S = 15.0
+CALL_S = 15.0
 # Ray queues no request in the handle: each replica's worker has the model's queue.
 MAX_ONGOING = 10_000
 
@@ -91,7 +95,7 @@ class RayWorker(Worker):
         self._check_open()
         try:
             response = self._handle.options(method_name="call").remote(method, args)
-            return response.result(_skip_asyncio_check=True)
+            return response.result(timeout_s=CALL_S, _skip_asyncio_check=True)
         except Exception as exc:
             raise self._failure(exc) from None
 
@@ -125,6 +129,9 @@ class RayWorker(Worker):
             streams.response = options.remote(method, args, len(ids), **kwargs)
             if streams.cancelled:
                 streams.response.cancel()
+            watchdog = threading.Timer(FIRST_ITEM_S, self._unanswered, (streams,))
+            watchdog.daemon = True
+            watchdog.start()
             for item in streams.response:
                 if isinstance(item, dict):
                     self._answered(streams, item)
@@ -146,6 +153,13 @@ class RayWorker(Worker):
         finally:
             self._fail(streams, WorkerGone(f"a replica of '{self.name}' ended the stream"))
             self._done(streams)
+
+    def _unanswered(self, streams: _Streams) -> None:
+        """No replica took the request in time: the cluster is lost (Ray would retry for as
+        long as it is)."""
+        if streams.replica is None and streams.receivers:
+            self._fail(streams, WorkerGone(f"the Ray cluster did not answer in {FIRST_ITEM_S:g} s"))
+            streams.response.cancel()
 
     def _answered(self, streams: _Streams, replica: dict[str, Any]) -> None:
         """The replica's first item: which one it is."""
@@ -200,6 +214,8 @@ class RayWorker(Worker):
     def _failure(self, exc: Exception) -> Exception:
         """What a request gets for Ray's error: the model's own error as it raised it, or
         `WorkerGone` (503 model_unavailable) naming what ended."""
+        if isinstance(exc, TimeoutError):
+            return WorkerGone(f"the Ray cluster did not answer in {CALL_S:g} s")
         cause = getattr(exc, "cause", None)
         if isinstance(cause, EngineError | WorkerGone):
             return cause
