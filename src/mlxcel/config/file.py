@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from mlxcel.backends.group import from_section
-from mlxcel.config import adapters, rpc
+from mlxcel.config import adapters, ray_keys, rpc
 from mlxcel.config import values as to
 from mlxcel.config.settings import (
     BACKENDS,
@@ -189,6 +189,8 @@ MODEL_KEYS: dict[str, tuple[str, to.Convert]] = {
     "replicas": ("replicas", to.at_least(1, 64)),
     "replica_routing": ("replica_routing", to.choice(POLICIES)),
     "replica_imbalance": ("replica_imbalance", to.at_least(0)),
+    "autoscaling": ("autoscaling", ray_keys.autoscaling),
+    "ray_actor_options": ("ray_actor_options", ray_keys.actor_options),
     "embedding_engine": ("embedding_engine", to.choice(ENCODER_ENGINES)),
 }
 # mlx-openai-server's model keys we accept and do not act on yet (reported at startup).
@@ -327,10 +329,16 @@ def read_config(path: Path) -> FileConfig:
             )
         elif key.value == "models":
             models_node = node
+        elif key.value == "ray":
+            try:
+                server["ray_address"] = ray_keys.address(_value(node))
+            except ValueError as exc:
+                raise ConfigError(f"{where}:{key.start_mark.line + 1}: ray: {exc}") from None
         else:
             line = key.start_mark.line + 1
             raise ConfigError(
-                f"{where}:{line}: unknown key '{key.value}' (the file has `server:` and `models:`)"
+                f"{where}:{line}: unknown key '{key.value}' "
+                "(the file has `server:`, `models:` and `ray:`)"
             )
     if not isinstance(models_node, yaml.SequenceNode) or not models_node.value:
         raise ConfigError(f"{where}: no models: the file needs a `models:` list")

@@ -229,6 +229,10 @@ class ModelConfig:
     """Worker processes serving the model, each with its own engine and caches."""
     replica_routing: str = "prefix"  # or round-robin (engine/replica_router.py)
     replica_imbalance: int = DEFAULT_REPLICA_IMBALANCE
+    autoscaling: Mapping[str, float] = field(default_factory=dict, hash=False)
+    """On a Ray cluster (--ray): min_replicas, max_replicas, target_ongoing_requests."""
+    ray_actor_options: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """On a Ray cluster: each replica's num_cpus, num_gpus and resources (config/ray_keys.py)."""
 
     @property
     def input_modalities(self) -> tuple[str, ...]:
@@ -374,6 +378,8 @@ class ServerConfig:
     pixels at most image_max_pixels x image_max_steps."""
     realtime: RealtimeConfig = field(default_factory=RealtimeConfig)
     """/v1/realtime sessions: the models they join and their limits."""
+    ray_address: str | None = None
+    """The Ray cluster replicated models are served on (--ray, a config file's `ray:`)."""
 
     @property
     def hosts(self) -> tuple[str, ...]:

@@ -14,7 +14,6 @@ from mlxcel.config.settings import ModelConfig
 from mlxcel.memory import weights_bytes
 from mlxcel.models.adapters import AdapterTable
 from mlxcel.models.loaded import CAPABILITIES, Capability, Loaded, LoadedModel
-from mlxcel.models.replicas import ReplicaSet
 
 # A model that failed may be loaded again this many times per window before its requests are
 # answered with the failure until the window passes.
@@ -96,9 +95,11 @@ class ModelEntry:
     def replicas(self) -> tuple[int, list[dict[str, Any]]] | None:
         """A replicated model's threads per replica and each replica's state, while loaded."""
         model = self.model
-        if not isinstance(model, LoadedModel) or not isinstance(model.worker, ReplicaSet):
+        listing = getattr(model.worker, "listing", None) if model is not None else None
+        if not isinstance(model, LoadedModel) or listing is None:
             return None
-        return model.config.threads, model.worker.listing()
+        # Local replicas (models/replicas.py), or a model's replicas on Ray (ray_worker.py).
+        return model.config.threads, listing()
 
     @property
     def capabilities(self) -> tuple[Capability, ...]:

@@ -37,10 +37,9 @@ from mlxcel.models.loaded import (
     Loaded,
     LoadedModel,
     served,
-    served_model,
 )
+from mlxcel.models.ray_cluster import replicated_model
 from mlxcel.models.remote import Worker
-from mlxcel.models.replicas import start_replicas
 from mlxcel.wire.messages import Setup
 
 logger = logging.getLogger(__name__)
@@ -238,12 +237,9 @@ class ModelRegistry:
             loop.call_soon_threadsafe(self._died, entry, worker, reason)
 
         setup = Setup(config, *self._logging)
-        if config.replicas > 1 and entry.capabilities[0] == "text":
-            replicas, facts = start_replicas(
-                config, setup, self._metrics, loop, self._worker_timeout
-            )
-            model: Loaded = served_model(replicas.config, replicas, facts)
-        else:
+        kind, timeout = entry.capabilities[0], self._worker_timeout
+        model: Loaded | None = replicated_model(config, kind, setup, self._metrics, loop, timeout)
+        if model is None:
             worker, facts = Worker.start(
                 config, setup, self._metrics.bind(entry.name), on_exit, self._worker_timeout
             )
