@@ -229,9 +229,13 @@ def test_unloading_an_adapter_in_use_is_a_409(adapters: Path, server: ServerProc
         request = {"prompt": PROMPT, "n_predict": 400, "ignore_eos": True, "model": "busy"}
         request["stream"] = True
         with http.stream("POST", "/completion", json=request) as streamed:
-            next(streamed.iter_lines())  # generating
+            # Held while the unload is asked: a dropped line iterator closes the stream (its
+            # generators end), and the request with it.
+            lines = streamed.iter_lines()
+            next(lines)  # generating
             busy = http.post("/v1/unload_lora_adapter", json={"lora_name": "busy"})
             assert _error(busy, 409)["code"] == "adapter_in_use"
+            lines.close()
         # The stream is closed: its request ends, and the adapter may go.
         for _ in range(50):
             done = http.post("/v1/unload_lora_adapter", json={"lora_name": "busy"})
