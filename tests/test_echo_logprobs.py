@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
-from tests.conftest import LLAMA_DIR, start
+from tests.conftest import on_each_engine
 from tests.server_process import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -29,17 +28,9 @@ TOLERANCE = 1e-3
 
 
 @pytest.fixture(scope="module", params=["llamacpp", "mlx"])
-def engine(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    tmp = tmp_path_factory.mktemp(f"echo-{request.param}")
+def engine(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
     # Two slots: a prompt is scored in a free one while the other decodes.
-    args: tuple[str, ...] = ("-c", "2048", "--parallel", "2")
-    if request.param == "mlx":
-        pytest.importorskip("mlx_lm")
-        models: Path = request.getfixturevalue("models")
-        args = ("-m", str(models / LLAMA_DIR), "--backend", "mlx", *args)
-    proc = start(tmp, *args)
+    proc = on_each_engine(request, "-c", "2048", "--parallel", "2")
     yield proc
     proc.stop_soon()
 
