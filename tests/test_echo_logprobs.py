@@ -107,12 +107,15 @@ def test_shape_for_strings_ids_batches_and_n(client: openai.OpenAI, engine: Serv
         assert all(close(a, b) for a, b in pairs)
 
 
-def test_prompt_scores_equal_the_generated_tokens_scores(engine: ServerProcess) -> None:
+# 140 tokens: the prompt scored crosses the chunks of both engines (32 and 128 rows).
+@pytest.mark.parametrize("length", [6, 140])
+def test_prompt_scores_equal_the_generated_tokens_scores(
+    engine: ServerProcess, length: int
+) -> None:
     prompt = token_ids(engine, PROMPT)
-    answer = generated_ids(engine, prompt, 6)
-    generated = post(
-        engine, "/v1/completions", {"prompt": prompt, "max_tokens": 6, "logprobs": 3, **GREEDY}
-    )["choices"][0]["logprobs"]
+    answer = generated_ids(engine, prompt, length)
+    body = {"prompt": prompt, "max_tokens": length, "logprobs": 3, **GREEDY}
+    generated = post(engine, "/v1/completions", body)["choices"][0]["logprobs"]
     # The prompt and its greedy answer, scored without generating: the classic use.
     scored = post(
         engine,

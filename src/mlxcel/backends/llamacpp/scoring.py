@@ -2,9 +2,11 @@
 
 The prompt goes into the free slot's own KV sequence, so the other slots' sequences, which
 may be decoding between two of these steps, are untouched. Each decode asks for the logits of
-every row; llama.cpp keeps an output buffer of rows x vocabulary floats, which it grows to
-the largest batch it was asked for and keeps, so the chunk is held to `CHUNK` rows (39 MB at
-Qwen2.5's 152k tokens) rather than the whole `n_batch`.
+every row, `CHUNK` rows at a time: llama.cpp's CPU backend computes a batch of 64 rows or
+more with other kernels than a decode step's (measured on SmolLM2's Q4_1: a batch of 63 rows
+gives the log-probabilities one-token decodes give, to the last bit; one of 64 gives them up
+to 0.4 apart), so a prompt token is scored as it is when generated. Its output buffer (rows x
+vocabulary floats, grown to the largest batch asked for and kept) stays small too.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from mlxcel.backends.llamacpp import drafting, native
 from mlxcel.backends.llamacpp.sampling import sample_with_logprobs
 from mlxcel.engine.types import Sample
 
-CHUNK = 64
+CHUNK = 32
 """Rows per decode while scoring (each with its logits)."""
 
 _memory_seq_rm = native.holding_gil("llama_memory_seq_rm")
