@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import openai
@@ -159,27 +160,37 @@ def test_streamed_echo_carries_the_prompt_scores_first(engine: ServerProcess) ->
     assert all(close(a, b) for a, b in pairs)
 
 
-def test_scoring_beside_a_stream_leaves_it_as_it_was(engine: ServerProcess) -> None:
-    story = {"prompt": "Once upon a time", "max_tokens": 300, **GREEDY}
-    solo = post(engine, "/v1/completions", story)["choices"][0]["text"]
+def _text(lines: list[str]) -> str:
+    data = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
+    return "".join(chunk["choices"][0]["text"] for chunk in data)
+
+
+# With two streams both slots are busy: the scoring waits for the shorter one to end.
+@pytest.mark.parametrize("streams", [1, 2])
+def test_scoring_beside_streams_leaves_them_as_they_were(
+    engine: ServerProcess, streams: int
+) -> None:
+    stories = [
+        {"prompt": "Once upon a time", "max_tokens": 200, **GREEDY},
+        {"prompt": "In a land far away", "max_tokens": 60, **GREEDY},
+    ][:streams]
+    solo = [post(engine, "/v1/completions", story)["choices"][0]["text"] for story in stories]
     prompts = ["A quick brown fox", "Numbers: 1, 2, 3, 4", PROMPT]
     alone = [score(engine, p) for p in prompts]
-    with (
-        engine.http() as http,
-        http.stream("POST", "/v1/completions", json={**story, "stream": True}) as stream,
-    ):
-        lines = stream.iter_lines()
-        head = [next(lines) for _ in range(4)]
+    with ExitStack() as stack:
+        http = stack.enter_context(engine.http())
+        lines = [
+            stack.enter_context(
+                http.stream("POST", "/v1/completions", json={**story, "stream": True})
+            ).iter_lines()
+            for story in stories
+        ]
+        heads = [[next(each) for _ in range(4)] for each in lines]
         beside = [score(engine, p) for p in prompts]
-        # The stream was still decoding when the scores came back.
+        # The longest stream was still decoding when the scores came back.
         assert any(slot["is_processing"] for slot in http.get("/slots").json())
-        rest = list(lines)
-    text = "".join(
-        json.loads(line[6:])["choices"][0]["text"]
-        for line in head + rest
-        if line.startswith("data: {")
-    )
-    assert text == solo
+        texts = [_text(head + list(rest)) for head, rest in zip(heads, lines, strict=True)]
+    assert texts == solo
     for one, other in zip(alone, beside, strict=True):
         assert len(one) == len(other)
         assert all(close(a, b) for a, b in zip(one[1:], other[1:], strict=True))

@@ -49,6 +49,7 @@ class PromptScoring:
         self._pool = pool
         self._lock = lock
         self._pending: list[_Scoring] = []
+        self._stopped: EngineError | None = None
 
     @property
     def able(self) -> bool:
@@ -71,6 +72,8 @@ class PromptScoring:
             raise EngineError("the prompt is empty", "invalid_request_error", "prompt")
         scoring = _Scoring(list(tokens), top_n, adapters, request_id)
         with self._lock:
+            if self._stopped is not None:
+                raise self._stopped
             self._pending.append(scoring)
             self._lock.notify()
         return scoring.future
@@ -119,9 +122,10 @@ class PromptScoring:
             for s in samples
         ]
 
-    def cancel_all(self, error: BaseException) -> None:
-        """Fail what still waits (the engine is stopping)."""
+    def cancel_all(self, error: EngineError) -> None:
+        """Fail what still waits, and what comes after (the engine is stopping)."""
         with self._lock:
             pending, self._pending = self._pending, []
+            self._stopped = error
         for scoring in pending:
             scoring.future.set_exception(error)
