@@ -58,6 +58,17 @@ def serving(tmp: pytest.TempPathFactory, name: str, *args: str) -> Iterator[Serv
     proc.stop_soon()
 
 
+def on_each_engine(request: pytest.FixtureRequest, *args: str) -> ServerProcess:
+    """A module's server for `request.param`: the default model on llama.cpp ("llamacpp"), or
+    the tiny MLX Llama ("mlx", skipped without mlx-lm), with the server flags `args`."""
+    tmp = request.getfixturevalue("tmp_path_factory").mktemp(request.param)
+    if request.param == "mlx":
+        pytest.importorskip("mlx_lm")
+        models: Path = request.getfixturevalue("models")
+        args = ("-m", str(models / LLAMA_DIR), "--backend", "mlx", *args)
+    return start(tmp, *args)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Every server that `stop_soon` left exiting has exited."""
     stop_the_stopping()

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from tests.conftest import LLAMA_DIR, start
+from tests.conftest import on_each_engine
 from tests.portable import stop_inside
 from tests.server_process import ServerProcess
 
@@ -28,17 +27,8 @@ GREEDY = {"temperature": 0, "extra_body": {"ignore_eos": True}}
 
 
 @pytest.fixture(scope="module", params=["llamacpp", "mlx"])
-def engine(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    tmp = tmp_path_factory.mktemp(request.param)
-    if request.param == "mlx":
-        pytest.importorskip("mlx_lm")
-        models: Path = request.getfixturevalue("models")
-        args = ("-m", str(models / LLAMA_DIR), "--backend", "mlx", "-c", "2048")
-    else:
-        args = ("-c", "2048")
-    proc = start(tmp, *args)
+def engine(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    proc = on_each_engine(request, "-c", "2048")
     yield proc
     proc.stop_soon()
 

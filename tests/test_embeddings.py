@@ -182,6 +182,14 @@ def test_chat_model_cannot_embed_and_unknown_fields_are_named(server: ServerProc
     assert typo.status_code == 400 and typo.json()["error"]["param"] == "encoding"
 
 
+def test_embedding_model_cannot_score_a_prompt(server: ServerProcess) -> None:
+    body = {"model": "all-MiniLM-L6-v2", "prompt": "x", "echo": True, "logprobs": 1}
+    with server.http() as http:
+        response = http.post("/v1/completions", json=body)
+    assert response.status_code == 400, response.text
+    assert "all-MiniLM-L6-v2" in response.json()["error"]["message"]
+
+
 def test_native_embedding_shape(server: ServerProcess) -> None:
     openai_shape = vectors(server, SENTENCES[:2])
     with server.http() as http:

@@ -92,7 +92,6 @@ def test_unimplemented_fields_get_400_naming_them(
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"prompt": "x", "echo": True, "logprobs": 1}, "echo"),
         ({"prompt": "x", "suffix": "y"}, "suffix"),
         ({"prompt": "x", "best_of": 3}, "best_of"),
         ({"prompt": "x", "n": 0}, "n"),

@@ -123,3 +123,17 @@ def test_remote_and_local_media_are_off_by_default(
     assert seen == []
     body = refusal(mlx_vision.openai(), f"file://{picture}")
     assert "--allowed-local-media DIR" in body["error"]["message"]
+
+
+def test_echo_with_logprobs_is_refused_where_prompts_are_not_scored(
+    mlx_vision: ServerProcess,
+) -> None:
+    # mlx-vlm's forward takes more than token ids: its engine does not score prompts.
+    body = {"model": "m", "prompt": "Hello", "echo": True, "logprobs": 1}
+    with mlx_vision.http() as http:
+        refused = http.post("/v1/completions", json=body)
+        plain = http.post("/v1/completions", json={**body, "logprobs": None, "max_tokens": 2})
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["param"] == "echo" and "log-probabilities of the prompt" in error["message"]
+    assert plain.status_code == 200 and plain.json()["choices"][0]["text"].startswith("Hello")

@@ -1,6 +1,6 @@
 """What a generator may do beyond the TextGenerator protocol, each asked with isinstance:
 report its KV cache, verify drafts, draft with a model, save a slot's state, fill in the
-middle."""
+middle, score a prompt."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from mlxcel.engine.adapters import AdapterSet
 from mlxcel.engine.speculative import DraftCosts
+from mlxcel.engine.types import Sample, TokenLogprob
 
 
 @dataclass(frozen=True)
@@ -123,4 +125,38 @@ class FillsInTheMiddle(Protocol):
     @property
     def fim_tokens(self) -> FimTokens:
         """The model's FIM tokens, read when it loaded."""
+        ...
+
+
+@runtime_checkable
+class ScoresPrompts(Protocol):
+    """A generator that can score a prompt: each token's log-probability after the tokens
+    before it (legacy completions' `echo` with `logprobs`)."""
+
+    @property
+    def scores_prompts(self) -> bool:
+        """Whether `score_prompt` may be called (fixed when the model loads)."""
+        ...
+
+    def score_prompt(self, slot: int, tokens: Sequence[int], top_n: int) -> list[Sample]:
+        """For each token after the first, its log-probability given those before it and its
+        `top_n` most likely rivals (Sample.token is the prompt's token). Evaluated into free
+        slot `slot`, whose KV state then holds exactly `tokens` (on the engine thread)."""
+        ...
+
+
+@runtime_checkable
+class GivesPromptScores(Protocol):
+    """A text model as serving reaches it (models/textgen.py) whose engine scores prompts."""
+
+    @property
+    def scores_prompts(self) -> bool:
+        """Whether `score_prompt` may be called."""
+        ...
+
+    def score_prompt(
+        self, tokens: Sequence[int], top_n: int, adapters: AdapterSet
+    ) -> list[TokenLogprob]:
+        """Each prompt token's log-probability after those before it, from the second on,
+        with its `top_n` rivals, the model running `adapters`."""
         ...

@@ -24,6 +24,7 @@ from mlxcel.engine.capabilities import SavesState
 from mlxcel.engine.feeds import next_feeds
 from mlxcel.engine.handle import EventSink
 from mlxcel.engine.metrics import RecordsMetrics
+from mlxcel.engine.scoring import PromptScoring
 from mlxcel.engine.sequence import Job, Running, about, slot_reports
 from mlxcel.engine.slots import SlotPool, SlotReport, SlotState
 from mlxcel.engine.speculation import Speculation
@@ -72,6 +73,8 @@ class Scheduler:
         self._running: list[Running] = []
         self._turns = Turns()
         self._calls = EngineCalls()
+        self.scoring = PromptScoring(generator, self._pool, self._wakeup)
+        """Prompts to score between two steps (`submit` from any thread)."""
         self._active: AdapterSet = ()
         self._slot_work: list[tuple[int, SlotWork, Future[Any]]] = []
         self._stopping = False
@@ -85,12 +88,14 @@ class Scheduler:
         while not self._stopping:
             self._calls.run_pending()
             self._do_slot_work()
+            self.scoring.run_due(self._use, self._cache)
             self._admit()
             self._drop_cancelled()
             if self._running:
                 self._step()
         shutting_down = EngineError("the server is shutting down", "shutting_down")
         self._calls.cancel_all(shutting_down)
+        self.scoring.cancel_all(shutting_down)
         for running in list(self._running):
             self._finish(running, "", error=shutting_down)
         with self._wakeup:
@@ -168,7 +173,8 @@ class Scheduler:
     def _next_job(self) -> Job | None:
         """The next waiting job to start, answering the ones that waited too long."""
         with self._wakeup:
-            idle = not (self._running or self._waiting or self._calls.waiting or self._slot_work)
+            busy = self._calls.waiting or self._slot_work or self.scoring.waiting
+            idle = not (self._running or self._waiting or busy)
             if idle and not self._stopping:
                 self._wakeup.wait(timeout=0.5)
             return self._waiting.next_job(self._pool.can_take)
@@ -242,11 +248,13 @@ class Scheduler:
     def _adapter_turn(self) -> list[Running]:
         """The running sequences of the adapter set whose turn this step is, that set on."""
         turn = self._turns.pick([r.job.params.adapters for r in self._running])
-        generator = self._generator
-        if turn != self._active and isinstance(generator, SwitchesAdapters):
-            generator.lora.apply(turn)
-            self._active = turn
+        self._use(turn)
         return [r for r in self._running if r.job.params.adapters == turn]
+
+    def _use(self, adapters: AdapterSet) -> None:
+        if adapters != self._active and isinstance(self._generator, SwitchesAdapters):
+            self._generator.lora.apply(adapters)
+            self._active = adapters
 
     def _step(self) -> None:
         try:

@@ -13,11 +13,19 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from mlxcel.engine.adapters import AdapterSet
 from mlxcel.engine.capabilities import DeviceInfo, FimTokens, KvCacheInfo
 from mlxcel.engine.handle import RequestHandle, ends
 from mlxcel.engine.replica_router import NO_HINT, RouteHint, RouteRequest
 from mlxcel.engine.slots import SlotReport
-from mlxcel.engine.types import ChatTemplate, EngineError, MediaSpan, SamplingParams, TokenEvent
+from mlxcel.engine.types import (
+    ChatTemplate,
+    EngineError,
+    MediaSpan,
+    SamplingParams,
+    TokenEvent,
+    TokenLogprob,
+)
 from mlxcel.media.audio import SentMedia
 from mlxcel.models.remote import Worker, WorkerGone
 from mlxcel.wire.facts import (
@@ -98,6 +106,20 @@ class RemoteTextModel:
     def token_pieces(self, tokens: Sequence[int], *, special: bool = False) -> list[bytes]:
         pieces: list[bytes] = self._worker.call("token_pieces", list(tokens), special)
         return pieces
+
+    @property
+    def scores_prompts(self) -> bool:
+        return self._facts.scores_prompts
+
+    def score_prompt(
+        self, tokens: Sequence[int], top_n: int, adapters: AdapterSet
+    ) -> list[TokenLogprob]:
+        """Each prompt token's log-probability after those before it, from the second on
+        (a call that waits for a free slot in the worker: engine/scoring.py)."""
+        scores: list[TokenLogprob] = self._worker.call(
+            "score_prompt", list(tokens), top_n, adapters
+        )
+        return scores
 
 
 class RemoteFimModel(RemoteTextModel):

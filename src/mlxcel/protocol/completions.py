@@ -18,8 +18,6 @@ class CompletionRequest(SamplingFields):
         """The first field set to something this server does not do yet."""
         if self.best_of not in (None, 1, self.n):
             return "best_of"
-        if self.echo and self.logprobs is not None:
-            return "echo"
         return None
 
     def top_logprobs_wanted(self) -> int | None:

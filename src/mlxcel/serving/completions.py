@@ -10,8 +10,8 @@ from mlxcel.engine.types import TokenEvent
 from mlxcel.models.loaded import LoadedModel
 from mlxcel.protocol.completions import CompletionRequest
 from mlxcel.protocol.errors import invalid_request
+from mlxcel.serving.echo import ScoredPrompt, echoed_logprobs, score_prompts
 from mlxcel.serving.infill import answer_limit, fim_layout, infill_prompt
-from mlxcel.serving.logprobs import completion_logprobs
 from mlxcel.serving.text import (
     Generation,
     collect_all,
@@ -27,12 +27,18 @@ from mlxcel.serving.usage import total_usage, usage_chunk
 
 @dataclass
 class CompletionJob:
-    """A completion request's generations, and the prompt text `echo` repeats."""
+    """A completion request's generations, the prompt text `echo` repeats and, with
+    `logprobs`, each prompt's scores (echo.py)."""
 
     generations: list[Generation]
     echoes: list[str]
     wants_logprobs: bool
     timings_per_token: bool = False
+    scored: list[ScoredPrompt] | None = None
+
+    def prompt_scores(self, generation: Generation) -> ScoredPrompt | None:
+        """The scores of the prompt a generation continues, where it is echoed with them."""
+        return None if self.scored is None else self.scored[generation.prompt_index]
 
 
 def prepare_completion(
@@ -61,8 +67,13 @@ def prepare_completion(
             )
             for text in texts
         ]
-    wants_logprobs = generations[0].params.logprobs is not None
-    return CompletionJob(generations, echoes, wants_logprobs, request.timings_per_token)
+    top_n = generations[0].params.logprobs
+    scored = None
+    if request.echo and top_n is not None:
+        if request.suffix:
+            raise invalid_request("echo with logprobs cannot score a suffix's prompt", "suffix")
+        scored = score_prompts(model, prompts, top_n, generations[0].params.adapters)
+    return CompletionJob(generations, echoes, top_n is not None, request.timings_per_token, scored)
 
 
 def _fill_in_the_middle(
@@ -106,7 +117,9 @@ async def completion(job: CompletionJob) -> dict[str, Any]:
     choices = []
     for generation, outcome in zip(job.generations, outcomes, strict=True):
         echo = job.echoes[generation.prompt_index]
-        logprobs = completion_logprobs(outcome.logprobs, len(echo)) if job.wants_logprobs else None
+        logprobs = None
+        if job.wants_logprobs:
+            logprobs = echoed_logprobs(job.prompt_scores(generation), outcome.logprobs, len(echo))
         choices.append(
             {
                 "index": generation.index,
@@ -138,12 +151,14 @@ async def completion_chunks(
             yield progress_chunk(_object(generation, {}), event.progress)
             continue
         text = event.text
-        if offsets[position] == 0:
+        first = offsets[position] == 0
+        if first:
             text = job.echoes[generation.prompt_index] + text
         logprobs = None
         if job.wants_logprobs:
             start = offsets[position] + len(text) - len(event.text)
-            logprobs = completion_logprobs(event.logprobs, start)
+            prompt = job.prompt_scores(generation) if first else None
+            logprobs = echoed_logprobs(prompt, event.logprobs, start)
         offsets[position] += len(text)
         if text or event.logprobs:
             chunk = _object(generation, {"text": text, "logprobs": logprobs, "finish_reason": None})

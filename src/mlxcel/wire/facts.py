@@ -58,6 +58,8 @@ class TextFacts:
     """Samples per second the model's audio projector takes (None: it takes no audio)."""
     devices: tuple[DeviceInfo, ...] = ()
     """The devices its layers sit on (RPC hosts among them), where the engine says."""
+    scores_prompts: bool = False
+    """Whether its engine scores prompts (`score_prompt`: echo with logprobs)."""
 
 
 @dataclass(frozen=True)

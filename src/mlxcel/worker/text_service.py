@@ -1,7 +1,8 @@
 """A text-generation model as its worker process serves it (`worker/main.py`'s `Service`).
 
 `TextService` loads the engine, tells the HTTP process its facts once, answers the calls
-`tokenize`, `token_pieces`, `tokenize_with_media`, `slots` and `stop`, and streams `generate`
+`tokenize`, `token_pieces`, `tokenize_with_media`, `score_prompt`, `slots` and `stop`, and
+streams `generate`
 and `generate_with_media`: the scheduler's token events for every sequence of one request,
 admitted whole or not at all. The HTTP process's side is `models/textgen.py`.
 """
@@ -20,7 +21,7 @@ import numpy as np
 
 from mlxcel.config.engines import backend_label
 from mlxcel.config.settings import ModelConfig
-from mlxcel.engine.adapters import LoraAdapters, SwitchesAdapters
+from mlxcel.engine.adapters import AdapterSet, LoraAdapters, SwitchesAdapters
 from mlxcel.engine.capabilities import FillsInTheMiddle, ReportsDevices, ReportsKvCache
 from mlxcel.engine.context import CONTEXT_LENGTH_EXCEEDED, context_overflow, longest_token
 from mlxcel.engine.handle import ends
@@ -28,8 +29,8 @@ from mlxcel.engine.media import TakesMedia
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.scheduler import Admitted
 from mlxcel.engine.slots import SlotReport
-from mlxcel.engine.types import EngineError, MediaSpan, SamplingParams, TokenEvent
-from mlxcel.logs import request_scope
+from mlxcel.engine.types import EngineError, MediaSpan, SamplingParams, TokenEvent, TokenLogprob
+from mlxcel.logs import current_request, request_scope
 from mlxcel.media.audio import SentMedia, decoded
 from mlxcel.media.policy import MediaError
 from mlxcel.wire.facts import MEDIA_PROMPT_REFUSED, MediaPrompt, TextFacts, TextSequence
@@ -52,6 +53,7 @@ class TextService:
             "tokenize",
             "token_pieces",
             "tokenize_with_media",
+            "score_prompt",
             "slots",
             "slot_file",
             "stop",
@@ -99,6 +101,7 @@ class TextService:
             longest_token(generator),
             rate,
             generator.devices if isinstance(generator, ReportsDevices) else (),
+            engine.scheduler.scoring.able,
         )
 
     def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
@@ -133,6 +136,15 @@ class TextService:
         except MediaError as exc:
             raise EngineError(exc.message, exc.code, exc.param) from exc
         return generator.tokenize_with_media(text, read)
+
+    def score_prompt(
+        self, tokens: list[int], top_n: int, adapters: AdapterSet
+    ) -> list[TokenLogprob]:
+        """Each prompt token's log-probability after those before it, from the second on,
+        with its `top_n` rivals, scored between two steps in a free slot (engine/scoring.py)."""
+        request = current_request()
+        request_id = request.request_id if request else ""
+        return self._engine.scheduler.scoring.submit(tokens, top_n, adapters, request_id).result()
 
     def slots(self) -> list[SlotReport]:
         """The scheduler's snapshot for /slots."""

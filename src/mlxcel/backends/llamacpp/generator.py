@@ -27,6 +27,7 @@ from mlxcel.backends.llamacpp.model import (
     read_generation_config,
 )
 from mlxcel.backends.llamacpp.sampling import build_chain
+from mlxcel.backends.llamacpp.scoring import score_into
 from mlxcel.backends.llamacpp.slot_sampler import SlotSampler
 from mlxcel.backends.llamacpp.vision import Projector
 from mlxcel.engine.capabilities import DeviceInfo, FimTokens, KvCacheInfo
@@ -243,6 +244,20 @@ class LlamaCppGenerator:
         if self._draft_model is None:
             raise ValueError("this model has no draft model")
         return self._draft_model.draft(requests)
+
+    @property
+    def scores_prompts(self) -> bool:
+        return True
+
+    def score_prompt(self, slot: int, tokens: Sequence[int], top_n: int) -> list[Sample]:
+        """The prompt's scores (scoring.py), evaluated into the slot, which then holds it."""
+        self.close_slot(slot)
+        self._jumps[slot] = Jumps()
+        self._n_past[slot] = 0
+        args = (self._ctx, self._memory, self._batch, self._max_feed, slot, tokens, top_n)
+        scores = score_into(*args, self._n_vocab)
+        self._n_past[slot] = len(tokens)
+        return scores
 
     def step(self, feeds: Sequence[Feed]) -> list[Sample | None]:
         # Token feeds share one llama_decode; a feed with images decodes on its own after them,

@@ -11,16 +11,17 @@ from typing import Any, TypeVar
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import load_model, load_tokenizer
 
 from mlxcel.backends.guidance import Constraint, constraint
 from mlxcel.backends.mlx.batch import BatchedRows, DecodeRows, SingleRows, run, unbatchable
 from mlxcel.backends.mlx.config import config_value, read_generation_config
 from mlxcel.backends.mlx.dry import Dry
-from mlxcel.backends.mlx.kv_state import from_bytes, to_bytes, unsaveable
+from mlxcel.backends.mlx.kv_state import from_bytes, to_bytes, trimmable, unsaveable
 from mlxcel.backends.mlx.lora import MlxAdapters
 from mlxcel.backends.mlx.sampling import SlotSampler, sample_rows
+from mlxcel.backends.mlx.scoring import score_tokens
 from mlxcel.backends.mlx.vocab import Vocabulary
 from mlxcel.engine.positions import Jumps
 from mlxcel.engine.types import ChatTemplate, Feed, Sample, SamplingParams
@@ -56,14 +57,6 @@ class Slot:
     """The embedding rows of the images among `tokens`, by the position of their first."""
     jumps: Jumps = field(default_factory=Jumps)
     """Where its positions stop being token indices (after M-RoPE images)."""
-
-
-def _trimmable(cache: list[Any]) -> bool:
-    """Whether cutting tokens off the end leaves the cache as if they had never been seen."""
-    # mlx-lm's ChunkedKVCache calls itself trimmable even after it dropped its front.
-    return can_trim_prompt_cache(cache) and not any(
-        getattr(layer, "start_position", 0) for layer in cache
-    )
 
 
 class MlxGenerator:
@@ -248,7 +241,7 @@ class MlxGenerator:
         extra = len(state.tokens) - reuse
         # The scheduler never cuts inside an image: one starting before `reuse` stays whole.
         media = {start: rows for start, rows in state.media.items() if start < reuse}
-        if extra > 0 and _trimmable(cache):
+        if extra > 0 and trimmable(cache):
             trim_prompt_cache(cache, extra)
         elif extra > 0:
             # Recurrent, sliding-window and chunked caches cannot drop tokens once they dropped
@@ -288,8 +281,20 @@ class MlxGenerator:
 
     def _load_state(self, slot: int, data: bytes) -> None:
         cache, tokens, media, jumps = from_bytes(data)
+        self._hold(slot, Slot(cache, tokens, media=media, jumps=jumps))
+
+    def _hold(self, slot: int, state: Slot) -> None:
         self._forget(slot)
-        self._slots[slot] = Slot(cache, tokens, media=media, jumps=jumps)
+        self._slots[slot] = state
+
+    scores_prompts = True
+    """Only a model whose forward takes token ids alone (the subclasses' do not)."""
+
+    def score_prompt(self, slot: int, tokens: Sequence[int], top_n: int) -> list[Sample]:
+        """scoring.py's scores; the slot takes the cache they were computed in."""
+        cache, scores = self._call(score_tokens, self._model, tokens, top_n, self._max_feed)
+        self._call(self._hold, slot, Slot(cache, list(tokens)))
+        return scores
 
     def close_slot(self, slot: int) -> None:
         self._call(self._drop_sampler, slot)

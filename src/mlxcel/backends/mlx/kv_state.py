@@ -21,6 +21,7 @@ from mlx_lm.models.cache import (
     ChunkedKVCache,
     KVCache,
     RotatingKVCache,
+    can_trim_prompt_cache,
 )
 
 from mlxcel.engine.positions import Jumps
@@ -137,3 +138,11 @@ def from_bytes(data: bytes) -> SavedState:
         if key.startswith(_MEDIA)
     }
     return SavedState(cache, tokens, media, jumps)
+
+
+def trimmable(cache: list[Any]) -> bool:
+    """Whether cutting tokens off the end leaves the cache as if they had never been seen."""
+    # mlx-lm's ChunkedKVCache calls itself trimmable even after it dropped its front.
+    return can_trim_prompt_cache(cache) and not any(
+        getattr(layer, "start_position", 0) for layer in cache
+    )

@@ -70,6 +70,8 @@ def join_ring(ranks: tuple[RankAddress, ...], rank: int) -> mx.distributed.Group
 class ShardedGenerator(MlxGenerator):
     """An `MlxGenerator` whose model is this rank's part of the group's."""
 
+    scores_prompts = False  # every rank would have to run the same forward passes
+
     def __init__(
         self,
         path: Path,

@@ -137,6 +137,8 @@ class MlxVisionGenerator(MlxGenerator):
     (`embed`).
     """
 
+    scores_prompts = False  # its forward takes position ids and embeddings beside token ids
+
     def __init__(self, path: Path, options: MlxOptions) -> None:
         # Embedding rows of recent images and clips, by digest and token count.
         self._media_rows = ImageRows()

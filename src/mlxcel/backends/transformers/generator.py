@@ -44,6 +44,8 @@ class TransformersVisionGenerator(MlxGenerator):
     MLX call runs on the generator's one worker thread. No host-memory prompt cache.
     """
 
+    scores_prompts = False  # its model and caches are torch's, not mlx-lm's
+
     def __init__(self, path: Path, options: TransformersOptions) -> None:
         self._threads = options.threads
         self._image_rows = ImageRows()
