@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -290,10 +291,10 @@ class ModelConfig:
             defaults["enable_thinking"] = self.reasoning != "off"
         return defaults
 
-    @property
+    @cached_property
     def served_name(self) -> str:
         """The model id clients see: the first --alias (comma-separated), else the hub id,
-        file stem or directory name."""
+        file stem or directory name (kept: every streamed chunk names it)."""
         named = next((a.strip() for a in (self.alias or "").split(",") if a.strip()), None)
         if named or self.hub_id:
             return named or str(self.hub_id)

@@ -39,6 +39,30 @@ class EventSink(Protocol):
         ...
 
 
+class TurnBatch(Protocol):
+    """Where an engine thread's deliveries and metric calls go between two turns of its loop:
+    held from `hold` on, and sent together at each `release` (a worker's step of eight
+    streams is one message, written by the engine thread itself)."""
+
+    def hold(self) -> None:
+        """From now on, hold what this thread sends until `release`."""
+        ...
+
+    def release(self) -> None:
+        """Send what this thread has held since the last release."""
+        ...
+
+
+class Unbatched:
+    """A `TurnBatch` for an engine whose deliveries go out as they are made."""
+
+    def hold(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+
 _handing = threading.local()
 _Calls = list[tuple[Callable[[Any], None], Any]]
 

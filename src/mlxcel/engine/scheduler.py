@@ -22,7 +22,7 @@ from mlxcel.engine.adapters import (
 from mlxcel.engine.cache_tiers import CacheTiers
 from mlxcel.engine.capabilities import SavesState
 from mlxcel.engine.feeds import next_feeds
-from mlxcel.engine.handle import EventSink
+from mlxcel.engine.handle import EventSink, TurnBatch, Unbatched
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.scoring import PromptScoring
 from mlxcel.engine.sequence import Job, Running, about, slot_reports
@@ -60,8 +60,10 @@ class Scheduler:
         metrics: RecordsMetrics,
         prompt_cache: CacheTiers | None = None,
         speculative: SpeculativeConfig | None = None,
+        batch: TurnBatch | None = None,
     ) -> None:
         self._generator = generator
+        self._batch = batch or Unbatched()
         self._speculation = Speculation(generator, speculative)
         # Saved slot states, when the generator can save them.
         saves = isinstance(generator, SavesState) and generator.can_save_state
@@ -85,7 +87,10 @@ class Scheduler:
         that all its compute (warm-up, draft timing, steps) comes from one thread, as llama.cpp's
         OpenMP keeps a thread pool per caller (docs/architecture.md, Measured choices)."""
         self._thread = threading.current_thread()
+        self._batch.hold()
         while not self._stopping:
+            # What the last turn delivered goes out before this one can wait for work.
+            self._batch.release()
             self._calls.run_pending()
             self._do_slot_work()
             self.scoring.run_due(self._use, self._cache)
@@ -106,6 +111,7 @@ class Scheduler:
         if self._cache is not None and isinstance(self._generator, SavesState):
             # Drained to disk: this engine's states outlive it (SIGTERM, unload, eviction).
             self._cache.drain(self._generator, self._pool.slots, self._metrics)
+        self._batch.release()
 
     def stop(self) -> None:
         """Finish the engine thread; running and waiting requests end with an error."""
@@ -172,6 +178,8 @@ class Scheduler:
 
     def _next_job(self) -> Job | None:
         """The next waiting job to start, answering the ones that waited too long."""
+        # What was delivered so far goes out before the thread can wait for work.
+        self._batch.release()
         with self._wakeup:
             busy = self._calls.waiting or self._slot_work or self.scoring.waiting
             idle = not (self._running or self._waiting or busy)

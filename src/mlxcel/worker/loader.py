@@ -16,6 +16,7 @@ from mlxcel.config.settings import ModelConfig
 from mlxcel.engine.adapters import SwitchesAdapters
 from mlxcel.engine.cache_tiers import CacheTiers
 from mlxcel.engine.capabilities import VerifiesDrafts
+from mlxcel.engine.handle import TurnBatch
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.sampling import SamplingDefaults, model_defaults
 from mlxcel.engine.scheduler import Scheduler, SchedulerLimits
@@ -141,23 +142,27 @@ class TextEngine:
 
 
 def load_text_engine(
-    config: ModelConfig, metrics: RecordsMetrics, on_broken: OnBroken
+    config: ModelConfig, metrics: RecordsMetrics, on_broken: OnBroken, batch: TurnBatch
 ) -> TextEngine:
     """Load a text or vision model on the backend its format calls for, on the thread that
     then runs its engine (`Scheduler.run` says why one thread), and return it once loaded."""
     loaded: Future[TextEngine] = Future()
     name = f"engine-{config.served_name}"
-    args = (config, metrics, on_broken, loaded)
+    args = (config, metrics, on_broken, batch, loaded)
     threading.Thread(target=_engine, args=args, name=name, daemon=True).start()
     return loaded.result()
 
 
 def _engine(
-    config: ModelConfig, metrics: RecordsMetrics, on_broken: OnBroken, loaded: Future[TextEngine]
+    config: ModelConfig,
+    metrics: RecordsMetrics,
+    on_broken: OnBroken,
+    batch: TurnBatch,
+    loaded: Future[TextEngine],
 ) -> None:
     """The engine thread's life: load the model, hand it over, then step it until stopped."""
     try:
-        engine = _load(config, metrics, on_broken)
+        engine = _load(config, metrics, on_broken, batch)
     except BaseException as exc:
         loaded.set_exception(exc)
         return
@@ -165,7 +170,9 @@ def _engine(
     engine.scheduler.run()
 
 
-def _load(config: ModelConfig, metrics: RecordsMetrics, on_broken: OnBroken) -> TextEngine:
+def _load(
+    config: ModelConfig, metrics: RecordsMetrics, on_broken: OnBroken, batch: TurnBatch
+) -> TextEngine:
     backend = choose_backend(config.model, config.backend)
     if config.distributed is not None:
         generator = _open_group(config, on_broken)
@@ -189,6 +196,7 @@ def _load(config: ModelConfig, metrics: RecordsMetrics, on_broken: OnBroken) -> 
         metrics=metrics,
         prompt_cache=prompt_cache,
         speculative=_speculative(config, generator),
+        batch=batch,
     )
     logger.info(
         "serving %s as '%s' (context %d per sequence, %d parallel)",

@@ -65,7 +65,9 @@ def open_service(config: ModelConfig, outbox: Outbox) -> Service:
     if config.kind in ("text", "vision"):
         from mlxcel.worker.text_service import TextService
 
-        return TextService.open(config, ForwardedMetrics(outbox), partial(_broken, outbox))
+        return TextService.open(
+            config, ForwardedMetrics(outbox), partial(_broken, outbox), batch=outbox
+        )
     from mlxcel.worker.services import open_model_service
 
     return open_model_service(config)

@@ -24,7 +24,7 @@ from mlxcel.config.settings import ModelConfig
 from mlxcel.engine.adapters import AdapterSet, LoraAdapters, SwitchesAdapters
 from mlxcel.engine.capabilities import FillsInTheMiddle, ReportsDevices, ReportsKvCache
 from mlxcel.engine.context import CONTEXT_LENGTH_EXCEEDED, context_overflow, longest_token
-from mlxcel.engine.handle import ends
+from mlxcel.engine.handle import TurnBatch, ends
 from mlxcel.engine.media import TakesMedia
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.scheduler import Admitted
@@ -69,9 +69,12 @@ class TextService:
         self._engine = engine
 
     @classmethod
-    def open(cls, config: ModelConfig, metrics: RecordsMetrics, on_broken: OnBroken) -> TextService:
-        """Load the model and start its engine."""
-        return cls(config, load_text_engine(config, metrics, on_broken))
+    def open(
+        cls, config: ModelConfig, metrics: RecordsMetrics, on_broken: OnBroken, batch: TurnBatch
+    ) -> TextService:
+        """Load the model and start its engine, whose thread sends each turn's deliveries
+        through `batch`."""
+        return cls(config, load_text_engine(config, metrics, on_broken, batch))
 
     def facts(self) -> TextFacts:
         """What the HTTP process needs to serve the model."""
