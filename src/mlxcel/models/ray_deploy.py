@@ -60,13 +60,20 @@ def deploy(config: ModelConfig, setup: Setup, timeout: float) -> tuple[Any, Text
     deleted and `DeployFailed` names what its replicas ask for and what the nodes have."""
     options = dict(config.ray_actor_options)
     most = int(config.autoscaling.get("max_replicas", config.replicas))
-    router = RequestRouterConfig(
-        request_router_class=PrefixReplicaRouter,  # type: ignore[arg-type]
-        request_router_kwargs={
-            "slots": 2 * most,
-            "imbalance": config.replica_imbalance,
-            "policy": config.replica_routing,
-        },
+    # power-of-two: Ray Serve's own default router (for comparison: bench/replicas_ray.py).
+    router = (
+        {}
+        if config.replica_routing == "power-of-two"
+        else {
+            "request_router_config": RequestRouterConfig(
+                request_router_class=PrefixReplicaRouter,  # type: ignore[arg-type]
+                request_router_kwargs={
+                    "slots": 2 * most,
+                    "imbalance": config.replica_imbalance,
+                    "policy": config.replica_routing,
+                },
+            )
+        }
     )
     scaling: dict[str, Any] = (
         {"autoscaling_config": dict(config.autoscaling)}
@@ -78,7 +85,7 @@ def deploy(config: ModelConfig, setup: Setup, timeout: float) -> tuple[Any, Text
         ray_actor_options=options or None,
         max_ongoing_requests=MAX_ONGOING,
         health_check_period_s=HEALTH_CHECK_S,
-        request_router_config=router,
+        **router,
         **scaling,
     )
     app = app_name(config)
