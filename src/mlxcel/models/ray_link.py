@@ -227,6 +227,13 @@ def open_link(address: str) -> Link:
     return link
 
 
+def check() -> None:
+    """Refuse a deployment while the cluster is lost (Ray would wait for it for ever)."""
+    for link in _link:
+        if link.lost is not None:
+            raise RuntimeError(link.lost)
+
+
 def watch(worker: Watched, redeploy: Callable[[], Any]) -> None:
     """Deploy `worker`'s model again with `redeploy` (its new handle) should the cluster be
     lost and come back."""

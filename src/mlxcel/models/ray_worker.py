@@ -349,6 +349,7 @@ def ray_model(
     """Deploy the model's replicas on Ray and wait until they serve, at most `start_timeout`
     seconds (a thread); raises the deployment's failure. The server's link to the cluster
     deploys them again should the cluster be lost and come back."""
+    ray_link.check()
     setup = replica_setup(config, setup)
     config = setup.config
     handle, facts = deploy(config, setup, start_timeout)
