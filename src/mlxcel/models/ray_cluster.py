@@ -1,6 +1,7 @@
 """Where a model's replicas run: on this machine, or on the Ray cluster of
-`mlxcel serve --ray ADDRESS`, whose connection is made once at start, before any model loads,
-and said in one line when it cannot be.
+`mlxcel serve --ray ADDRESS`, whose connection is made at start, before any model loads, and
+said in one line when it cannot be; then watched, and made again should the cluster be lost
+and come back (`models/ray_link.py`).
 
 Ray is imported here only when `--ray` is given: the server without it never imports Ray.
 Ray's usage stats are off unless the environment turns them on; its dashboard is the

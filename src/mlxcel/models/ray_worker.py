@@ -7,6 +7,9 @@ its calls go through the deployment handle to any replica, each request's sequen
 from the replica that the prefix router (`models/ray_router.py`) picks. A replica that dies
 under a request (its worker process, its actor, or the cluster) fails that request with
 `WorkerGone`, a 503 `model_unavailable`; Ray starts another and the model stays loaded.
+The model's queue counts its sequences on every replica (`RayEngine`), as for local
+replicas. While the cluster is lost (`models/ray_link.py`) every request gets the 503 naming
+it; once the link has deployed the model again, `rebind` gives it the new handle.
 """
 
 from __future__ import annotations
