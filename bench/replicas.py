@@ -10,7 +10,7 @@ requests in a seeded random order (each a system prompt and its own question), f
 each routing policy, the cache-hit fraction (cached / prompt tokens, from /metrics) and the
 median TTFT, and their ratios. Then TTFT against concurrency (`--levels`) for each policy,
 plotted under bench/results/. Equal cores: aggregate tokens/s of 8 clients on the default model.
-Ray's default router is not measured: Ray mode is not built yet (docs/replicas.md).
+Through Ray, against Ray Serve's default router: bench/replicas_ray.py.
 """
 
 from __future__ import annotations
@@ -150,7 +150,11 @@ def equal_cores(args: argparse.Namespace) -> dict[str, float]:
     return rates
 
 
-def plot(results: list[dict[str, Any]], out: Path) -> None:
+def plot(
+    results: list[dict[str, Any]],
+    out: Path,
+    title: str = "2 replicas of the default model, shared system prompts",
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -162,14 +166,14 @@ def plot(results: list[dict[str, Any]], out: Path) -> None:
         ax.plot(levels, [result["ttft_by_level"][n] for n in levels], "o-", label=result["policy"])
     ax.set_xlabel("concurrent clients")
     ax.set_ylabel("median TTFT (ms)")
-    ax.set_title("2 replicas of the default model, shared system prompts")
+    ax.set_title(title)
     ax.legend()
     fig.tight_layout()
     fig.savefig(out, dpi=110)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def workload_args(parser: argparse.ArgumentParser) -> None:
+    """The shared-prefix workload's sizes (bench/replicas_ray.py's too)."""
     add = parser.add_argument
     add("--systems", type=int, default=8)
     add("--prompt-words", type=int, default=1500)
@@ -178,6 +182,12 @@ def main() -> None:
     add("--replicas", type=int, default=2)
     add("--levels", type=lambda s: [int(n) for n in s.split(",")], default=[1, 2, 4, 8])
     add("--seed", type=int, default=7)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add = parser.add_argument
+    workload_args(parser)
     add("--skip-equal-cores", action="store_true")
     add("--skip-routing", action="store_true")
     add(

@@ -19,6 +19,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -34,6 +35,9 @@ class Sample:
     tokens: int = 0
     latency: float = 0.0
     finish_reason: str | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    """From the usage, where asked for (`usage=True`)."""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -53,9 +57,10 @@ def make_prompts(count: int, words: int, fixed: bool, seed: int) -> list[str]:
 
 
 async def one_request(
-    client: httpx.AsyncClient, model: str, prompt: str, max_tokens: int
+    client: httpx.AsyncClient, model: str, prompt: str, max_tokens: int, usage: bool = False
 ) -> Sample:
-    """Stream one completion, timing each chunk that carries text."""
+    """Stream one completion, timing each chunk that carries text; `usage`: ask for the
+    usage too and keep its prompt and cached tokens."""
     body = {
         "model": model,
         "prompt": prompt,
@@ -66,10 +71,12 @@ async def one_request(
         # and llama-server; llama_cpp.server reads only min_tokens.
         "ignore_eos": True,
         "min_tokens": max_tokens,
+        **({"stream_options": {"include_usage": True}} if usage else {}),
     }
     start = time.perf_counter()
     sample: Sample | None = None
     finish_reason = None
+    counted: dict[str, Any] = {}
     last = start
     async with client.stream("POST", "/completions", json=body) as response:
         response.raise_for_status()
@@ -77,6 +84,7 @@ async def one_request(
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
+            counted = chunk.get("usage") or counted
             if not chunk.get("choices"):
                 continue
             finish_reason = chunk["choices"][0].get("finish_reason") or finish_reason
@@ -93,11 +101,20 @@ async def one_request(
         raise RuntimeError("the server streamed no text")
     sample.latency = last - start
     sample.finish_reason = finish_reason
+    sample.prompt_tokens = int(counted.get("prompt_tokens") or 0)
+    sample.cached_tokens = int(
+        (counted.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    )
     return sample
 
 
 async def run_level(
-    base_url: str, model: str, prompts: list[str], concurrency: int, max_tokens: int
+    base_url: str,
+    model: str,
+    prompts: list[str],
+    concurrency: int,
+    max_tokens: int,
+    usage: bool = False,
 ) -> tuple[list[Sample], float]:
     """Send every prompt with at most `concurrency` in flight; samples and wall time."""
     limit = asyncio.Semaphore(concurrency)
@@ -107,10 +124,10 @@ async def run_level(
         async def bounded(prompt: str) -> Sample:
             async with limit:
                 try:
-                    return await one_request(client, model, prompt, max_tokens)
+                    return await one_request(client, model, prompt, max_tokens, usage)
                 except httpx.RemoteProtocolError:
                     # A kept-alive connection the server had just closed: ask on a new one.
-                    return await one_request(client, model, prompt, max_tokens)
+                    return await one_request(client, model, prompt, max_tokens, usage)
 
         start = time.perf_counter()
         samples = await asyncio.gather(*(bounded(p) for p in prompts))

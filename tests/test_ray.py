@@ -3,16 +3,17 @@ head here (`ray start --head`, its own temp dir) and a second node in a network 
 joined by a veth pair, two replicas of the default model deployed on it, one per node.
 Requests are answered through Ray with the same greedy output as a local server, a repeated
 prefix returns to the replica that holds it, a replica whose worker is killed fails its
-stream with 503 and Ray replaces it, and an unreachable cluster is one line and exit 2."""
+stream with 503 and Ray replaces it, the model's queue counts every Ray replica, a replica no
+node can take fails its model at the start deadline, the model is outside --max-memory, the
+cluster lost mid-run is 503 until it is back and then serves again, and an unreachable
+cluster is one line and exit 2."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -23,124 +24,31 @@ import httpx
 import pytest
 
 from tests._client_util import default_gguf
+from tests._ray_cluster import HEAD, NODE, Cluster
 from tests.conftest import start
 from tests.server_process import MLXCEL, ServerProcess, free_port
 
 pytestmark = pytest.mark.slow
 
-RAY = Path(MLXCEL).with_name("ray")
 SYSTEMS = 3
 REPEATS = 3
-# The head node's address (here, on the veth) and the second node's (in the namespace).
-HEAD, NODE = "10.213.42.1", "10.213.42.2"
-
-
-def _kill(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-
-
-def _cluster_pids(temp_dir: str, netns: str) -> list[int]:
-    """The cluster's processes: those naming its temp dir (the head's, its workers and
-    replica actors) and those in its network namespace (the second node's)."""
-    pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout
-    found = [int(pid) for pid in pids.split()]
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            with contextlib.suppress(OSError):
-                if temp_dir.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-    return found
-
-
-def _end_cluster(nodes: list[subprocess.Popen[bytes]], temp_dir: str, netns: str) -> None:
-    """End every process of the test's cluster, then its namespace and temp dir."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for node in nodes:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(node.pid, sig)
-        _kill(_cluster_pids(temp_dir, netns), sig)
-        time.sleep(2 if sig == signal.SIGTERM else 0.5)
-    for node in nodes:
-        node.wait(10)
-    subprocess.run(["ip", "netns", "del", netns], check=False)
-    shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-def _ray_node(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [*prefix, str(RAY), "start", "--block", "--disable-usage-stats", *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
-        start_new_session=True,
-    )
-
-
-def _network(netns: str) -> None:
-    """A namespace joined to this one by a veth pair: HEAD here, NODE there."""
-    veth = f"m42r{os.getpid() % 100000}"
-    for command in (
-        f"ip netns add {netns}",
-        f"ip link add {veth}h type veth peer name {veth}n",
-        f"ip link set {veth}n netns {netns}",
-        f"ip addr add {HEAD}/24 dev {veth}h",
-        f"ip link set {veth}h up",
-        f"ip -n {netns} addr add {NODE}/24 dev {veth}n",
-        f"ip -n {netns} link set {veth}n up",
-        f"ip -n {netns} link set lo up",
-    ):
-        subprocess.run(command.split(), check=True, capture_output=True)
 
 
 @pytest.fixture(scope="module")
-def ray_address() -> Iterator[str]:
-    """A two-node Ray cluster, no dashboard, no usage stats: the head here on the veth's
-    address, the second node in a network namespace the test creates."""
-    temp_dir = tempfile.mkdtemp(prefix="mlxc42r-", dir="/tmp")
-    netns = f"mlxc42r-{os.getpid()}"
-    nodes: list[subprocess.Popen[bytes]] = []
+def cluster() -> Iterator[Cluster]:
+    """The two-node cluster (tests/_ray_cluster.py), ended after the module whatever
+    happens."""
+    made = Cluster()
     try:
-        _network(netns)
-        port = free_port()
-        address = f"{HEAD}:{port}"
-        nodes.append(
-            _ray_node(
-                "--head",
-                f"--node-ip-address={HEAD}",
-                f"--port={port}",
-                f"--temp-dir={temp_dir}",
-                "--include-dashboard=false",
-                "--num-cpus=1",
-            )
-        )
-        _wait_for_nodes(address, 1, nodes)
-        nodes.append(
-            _ray_node(
-                f"--address={address}",
-                f"--node-ip-address={NODE}",
-                "--num-cpus=1",
-                prefix=("ip", "netns", "exec", netns),
-            )
-        )
-        _wait_for_nodes(address, 2, nodes)
-        yield address
+        made.start()
+        yield made
     finally:
-        _end_cluster(nodes, temp_dir, netns)
+        made.end()
 
 
-def _wait_for_nodes(address: str, count: int, nodes: list[subprocess.Popen[bytes]]) -> None:
-    deadline = time.monotonic() + 90
-    while True:
-        status = subprocess.run(
-            [str(RAY), "status", f"--address={address}"], capture_output=True, text=True
-        )
-        if status.returncode == 0 and status.stdout.count(" node_") >= count:
-            return
-        assert all(node.poll() is None for node in nodes), "a Ray node failed to start"
-        assert time.monotonic() < deadline, f"the Ray cluster has not {count} nodes"
-        time.sleep(1)
+@pytest.fixture(scope="module")
+def ray_address(cluster: Cluster) -> str:
+    return cluster.address
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +61,8 @@ def on_ray(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         f"models:\n  - model: {default_gguf()}\n    replicas: 2\n    parallel: 2\n"
         "    ctx_size: 4096\n    ray_actor_options: {num_cpus: 1}\n"
     )
-    server = start(tmp, "--config", str(config), ready_timeout=180)
+    # A memory budget far below the model's weights: replicas on Ray are outside it.
+    server = start(tmp, "--config", str(config), "--max-memory", "1M", ready_timeout=180)
     yield server
     server.stop()
 
@@ -177,6 +86,43 @@ def system_prompt(index: int) -> str:
     return f"{['Alpha', 'Bravo', 'Charlie'][index]} desk. {rules}"
 
 
+def long_stream(
+    server: ServerProcess, lines: list[str], content: str = "Count slowly.", **body: Any
+) -> threading.Thread:
+    """A stream of 1,500 tokens read on a thread of its own into `lines` (its end: the
+    server's, or the connection's when the server stops)."""
+    request = {
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": 1500,
+        "temperature": 0,
+        "stream": True,
+        "ignore_eos": True,
+        **body,
+    }
+
+    def stream() -> None:
+        with (
+            contextlib.suppress(httpx.HTTPError),
+            server.http() as http,
+            http.stream("POST", "/v1/chat/completions", json=request) as response,
+        ):
+            lines.extend(line for line in response.iter_lines() if line)
+
+    reader = threading.Thread(target=stream, daemon=True)
+    reader.start()
+    return reader
+
+
+def ray_server(tmp: Path, address: str, model: str, ray: str = "") -> ServerProcess:
+    """A server of one model on the cluster: `model`, its config keys (YAML flow)."""
+    config = tmp / "models.yaml"
+    config.write_text(
+        f"ray: {{address: {address}{ray}}}\n"
+        f"models:\n  - {{model: {default_gguf()}, ctx_size: 4096, threads: 1, {model}}}\n"
+    )
+    return start(tmp, "--config", str(config), ready_timeout=180)
+
+
 def test_greedy_output_through_ray_equals_local(on_ray: ServerProcess, server: Any) -> None:
     messages = [{"role": "user", "content": "Name three colours."}]
     through_ray = chat(on_ray, messages)
@@ -185,6 +131,10 @@ def test_greedy_output_through_ray_equals_local(on_ray: ServerProcess, server: A
     assert through_ray.json()["choices"][0]["message"] == local.json()["choices"][0]["message"]
     listed = replicas(on_ray)
     assert listed and all(r["node"] in (HEAD, NODE) and r["pid"] > 0 for r in listed)
+    with on_ray.http() as http:
+        meta = http.get("/v1/models").json()["data"][0]["meta"]
+    assert meta["placement"] == "ray" and meta["in_memory_budget"] is False
+    assert meta["memory_bytes"] is None
 
 
 def test_repeated_prefix_returns_to_its_replica(on_ray: ServerProcess) -> None:
@@ -213,23 +163,7 @@ def test_repeated_prefix_returns_to_its_replica(on_ray: ServerProcess) -> None:
 
 def test_killed_replica_fails_its_stream_and_ray_replaces_it(on_ray: ServerProcess) -> None:
     lines: list[str] = []
-    body = {
-        "messages": [{"role": "user", "content": "Count slowly."}],
-        "max_tokens": 1500,
-        "temperature": 0,
-        "stream": True,
-        "ignore_eos": True,
-    }
-
-    def stream() -> None:
-        with (
-            on_ray.http() as http,
-            http.stream("POST", "/v1/chat/completions", json=body) as response,
-        ):
-            lines.extend(line for line in response.iter_lines() if line)
-
-    reader = threading.Thread(target=stream)
-    reader.start()
+    reader = long_stream(on_ray, lines)
     deadline = time.monotonic() + 30
     while not (busy := [r for r in replicas(on_ray) if r["running"] > 0]) or len(lines) < 3:
         assert time.monotonic() < deadline, "the stream did not start"
@@ -257,6 +191,99 @@ def test_killed_replica_fails_its_stream_and_ray_replaces_it(on_ray: ServerProce
     listed = replicas(on_ray)
     assert len(listed) == 2 and all(r["state"] == "serving" for r in listed), listed
     assert busy[0]["pid"] not in {r["pid"] for r in listed}
+
+
+def test_the_model_queue_counts_every_ray_replica(ray_address: str, tmp_path: Path) -> None:
+    # Two replicas of one slot and a queue of one: the model takes three sequences in all, as
+    # local replicas do (each replica's own queue would take four). No CPU asked: the
+    # cluster's two are the module's server's.
+    server = ray_server(
+        tmp_path,
+        ray_address,
+        "name: tiny-queue, replicas: 2, parallel: 1, queue_size: 1, "
+        "replica_routing: round-robin, ray_actor_options: {num_cpus: 0}",
+    )
+    try:
+        streams: list[list[str]] = [[], [], []]
+        for index, lines in enumerate(streams):
+            long_stream(server, lines, f"Count slowly from {index}.")
+            deadline = time.monotonic() + 30
+            while sum(r["running"] for r in replicas(server)) <= index:
+                assert time.monotonic() < deadline, "the stream did not reach a replica"
+                time.sleep(0.1)
+        assert all(r["running"] for r in replicas(server))
+        with server.http() as http:
+            refused = http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1})
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["code"] == "server_busy"
+    finally:
+        server.stop()
+
+
+def test_an_unplaceable_replica_fails_its_model_at_the_deadline(
+    ray_address: str, tmp_path: Path
+) -> None:
+    server = ray_server(
+        tmp_path,
+        ray_address,
+        "name: tiny-gpu, replicas: 2, on_demand: true, "
+        "ray_actor_options: {num_cpus: 0, resources: {gpu_x: 1}}",
+        ray=", start_timeout: 5",
+    )
+    try:
+        began = time.monotonic()
+        response = chat(server, [{"role": "user", "content": "Hi"}], model="tiny-gpu")
+        assert time.monotonic() - began < 60
+        assert response.status_code == 503, response.text
+        error = response.json()["error"]
+        assert error["code"] == "model_unavailable"
+        message = error["message"]
+        assert "within 5s" in message and "gpu_x 1" in message and "no node has that" in message
+        assert f"{HEAD}: CPU 1" in message and f"{NODE}: CPU 1" in message, message
+        with server.http() as http:
+            listed = http.get("/v1/models").json()["data"][0]
+        assert listed["state"] == "failed"
+    finally:
+        server.stop()
+
+
+def test_the_cluster_lost_mid_run_is_503_then_serves_again(
+    on_ray: ServerProcess, cluster: Cluster
+) -> None:
+    lines: list[str] = []
+    reader = long_stream(on_ray, lines)
+    deadline = time.monotonic() + 30
+    while len(lines) < 3:
+        assert time.monotonic() < deadline, "the stream did not start"
+        time.sleep(0.1)
+    cluster.stop()
+    reader.join(30)
+    assert not reader.is_alive(), "the stream hangs"
+    # The stream fails with its replica (or with the cluster, once the server sees it lost).
+    assert lines[-1] == "data: [DONE]"
+    assert '"model_unavailable"' in lines[-2], lines[-2]
+    lost = f"the Ray cluster at {cluster.address} is lost"
+    deadline = time.monotonic() + 20
+    while True:
+        response = chat(on_ray, [{"role": "user", "content": "Hi"}])
+        assert response.status_code == 503, response.text
+        assert response.json()["error"]["code"] == "model_unavailable"
+        if lost in response.json()["error"]["message"]:
+            break
+        assert time.monotonic() < deadline, response.text
+        time.sleep(0.5)
+    assert on_ray.process.poll() is None
+    # The cluster back at its address (a new cluster: Ray's GCS keeps no state without
+    # Redis): the server joins it again and deploys the model there, within a bound.
+    cluster.start()
+    back = time.monotonic()
+    while (response := chat(on_ray, [{"role": "user", "content": "Hi"}])).status_code != 200:
+        assert response.status_code == 503, response.text
+        assert time.monotonic() - back < 120, "the model did not serve again"
+        time.sleep(1)
+    listed = replicas(on_ray)
+    assert len(listed) >= 1 and all(r["state"] == "serving" for r in listed), listed
+    assert "joined the Ray cluster at" in on_ray.log()
 
 
 def test_unreachable_cluster_is_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -15,12 +15,13 @@ from mlxcel.config.file import ConfigError, read_config
 def test_the_config_file_sets_the_cluster_and_each_models_placement(tmp_path: Path) -> None:
     path = tmp_path / "models.yaml"
     path.write_text(
-        "ray:\n  address: 10.0.0.1:6379\nmodels:\n  - model: a.gguf\n"
+        "ray:\n  address: 10.0.0.1:6379\n  start_timeout: 20\nmodels:\n  - model: a.gguf\n"
         "    autoscaling: {min_replicas: 1, max_replicas: 4, target_ongoing_requests: 2}\n"
         "    ray_actor_options: {num_cpus: 2, resources: {big: 1}}\n"
     )
     file = read_config(path)
     assert file.server["ray_address"] == "10.0.0.1:6379"
+    assert file.server["ray_start_timeout"] == 20.0
     values = file.models[0].values
     assert values["autoscaling"] == {
         "min_replicas": 1,
@@ -33,7 +34,8 @@ def test_the_config_file_sets_the_cluster_and_each_models_placement(tmp_path: Pa
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("ray: {port: 1}\n", "ray: the ray section has one key, address"),
+        ("ray: {port: 1}\n", "ray: the ray section has the keys address"),
+        ("ray: {address: auto, start_timeout: -1}\n", "ray: start_timeout must be a number"),
         (
             "models:\n  - model: a.gguf\n    autoscaling: {min_replicas: 3, max_replicas: 2}\n",
             "autoscaling: it needs 1 <= min_replicas <= max_replicas <= 64",

@@ -136,3 +136,17 @@ def test_round_robin_takes_turns_whatever_is_cached() -> None:
     chosen = [send(r, RouteRequest(prompt(1)), [0, 0]) for _ in range(4)]
     assert sorted(chosen) == [0, 0, 1, 1] and chosen[0] != chosen[1]
     assert r.choose(RouteRequest(prompt(1)), [0, 0], [True, True]).decision == "round_robin"
+
+
+def test_power_of_two_takes_the_less_busy_of_two_drawn_whatever_is_cached() -> None:
+    r = PrefixRouter(3, capacity_tokens=1 << 20, imbalance=4, policy="power-of-two")
+    chosen = set()
+    for _ in range(60):
+        route = r.choose(RouteRequest(prompt(1)), [0, 5, 9], [True, True, True])
+        assert route.decision == "power_of_two"
+        # Replica 2 is the busiest: drawn with either other, it loses.
+        assert route.replica != 2
+        chosen.add(route.replica)
+        r.sent(route.replica, RouteRequest(prompt(1)))
+    assert chosen == {0, 1}
+    assert r.choose(RouteRequest(prompt(1)), [0, 0, 0], [False, False, True]).replica == 2

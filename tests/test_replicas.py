@@ -238,7 +238,7 @@ def test_the_config_file_sets_replicas_per_model(tmp_path: Path) -> None:
     )
     for key, value, problem in (
         ("replicas", "0", "must be at least 1 and at most 64, got 0"),
-        ("replica_routing", "random", "expected one of prefix, round-robin, got 'random'"),
+        ("replica_routing", "random", "expected one of prefix, round-robin, power-of-two, got"),
     ):
         path.write_text(f"models:\n  - model: a.gguf\n    {key}: {value}\n")
         with pytest.raises(ConfigError, match=f"models\\[0\\].{key}: {problem}"):

@@ -40,6 +40,7 @@ logger = logging.getLogger("mlxcel.cli")
 
 _SERVER_FLAGS = (
     "ray_address",
+    "ray_start_timeout",
     "host",
     "port",
     "socket",
@@ -251,7 +252,7 @@ def _run_server(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         from mlxcel.models.ray_cluster import RayUnreachable, connect
 
         try:
-            connect(config.ray_address)
+            connect(config.ray_address, config.ray_start_timeout)
         except RayUnreachable as exc:
             print(f"mlxcel: {exc}", file=sys.stderr)
             return 2

@@ -44,6 +44,14 @@ def replica_arguments(parser: argparse.ArgumentParser) -> None:
         help="serve each model with replicas (or autoscaling) as a Ray Serve deployment on the "
         "Ray cluster at ADDRESS (host:port, or auto); needs mlxcel[ray] (docs/replicas.md)",
     )
+    add(
+        "--ray-start-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="seconds a model's replicas on Ray have to serve (placed and loaded) before the "
+        "model fails, 0: no limit (default: %(default)s)",
+    )
 
 
 def check_replica_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -52,6 +60,8 @@ def check_replica_arguments(parser: argparse.ArgumentParser, args: argparse.Name
         parser.error("--replicas must be between 1 and 64")
     if args.replica_imbalance < 0:
         parser.error("--replica-imbalance must be at least 0")
+    if args.ray_start_timeout < 0:
+        parser.error("--ray-start-timeout must be at least 0")
 
 
 def replica_fields(args: argparse.Namespace) -> dict[str, Any]:

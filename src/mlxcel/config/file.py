@@ -331,7 +331,7 @@ def read_config(path: Path) -> FileConfig:
             models_node = node
         elif key.value == "ray":
             try:
-                server["ray_address"] = ray_keys.address(_value(node))
+                server.update(ray_keys.section(_value(node)))
             except ValueError as exc:
                 raise ConfigError(f"{where}:{key.start_mark.line + 1}: ray: {exc}") from None
         else:

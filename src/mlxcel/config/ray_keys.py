@@ -49,13 +49,23 @@ def actor_options(value: Any) -> dict[str, Any]:
     return dict(given)
 
 
-def address(value: Any) -> str:
-    """The `ray:` section: `{address: ADDRESS}` (or `auto`), or the address alone."""
+def section(value: Any) -> dict[str, Any]:
+    """The `ray:` section: `{address: ADDRESS, start_timeout: SECONDS}` (or `auto`), or the
+    address alone; the server settings it gives."""
+    settings: dict[str, Any] = {}
     if isinstance(value, dict):
-        unknown = sorted(set(value) - {"address"})
+        unknown = sorted(set(value) - {"address", "start_timeout"})
         if unknown or "address" not in value:
-            raise ValueError("the ray section has one key, address (host:port, or auto)")
+            raise ValueError(
+                "the ray section has the keys address (host:port, or auto) and start_timeout"
+            )
+        timeout = value.get("start_timeout", 0)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+            raise ValueError("start_timeout must be a number of seconds, at least 0")
+        if "start_timeout" in value:
+            settings["ray_start_timeout"] = float(timeout)
         value = value["address"]
     if not isinstance(value, str) or not value.strip():
         raise ValueError("ray's address must be host:port, ray://host:port or auto")
-    return value.strip()
+    settings["ray_address"] = value.strip()
+    return settings

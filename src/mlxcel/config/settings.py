@@ -381,6 +381,8 @@ class ServerConfig:
     """/v1/realtime sessions: the models they join and their limits."""
     ray_address: str | None = None
     """The Ray cluster replicated models are served on (--ray, a config file's `ray:`)."""
+    ray_start_timeout: float = 300.0
+    """Seconds a model's replicas on Ray have to serve before the model fails (0: no limit)."""
 
     @property
     def hosts(self) -> tuple[str, ...]:

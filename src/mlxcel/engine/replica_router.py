@@ -10,6 +10,7 @@ with the replicas' loads and reports what it sent, and any other placement can d
 
 from __future__ import annotations
 
+import random
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,10 +22,19 @@ from typing import Literal
 BLOCK_TOKENS = 16
 # Conversations (prompt_cache_key or user) remembered, least recently used out first.
 AFFINITY_KEYS = 4096
-POLICIES = ("prefix", "round-robin")
-Policy = Literal["prefix", "round-robin"]
-Decision = Literal["prefix", "load", "affinity", "least_busy", "round_robin"]
-DECISIONS: tuple[Decision, ...] = ("prefix", "load", "affinity", "least_busy", "round_robin")
+# power-of-two: the less busy of two replicas drawn at random (Ray Serve's default; on Ray,
+# Ray's own router), for comparison.
+POLICIES = ("prefix", "round-robin", "power-of-two")
+Policy = Literal["prefix", "round-robin", "power-of-two"]
+Decision = Literal["prefix", "load", "affinity", "least_busy", "round_robin", "power_of_two"]
+DECISIONS: tuple[Decision, ...] = (
+    "prefix",
+    "load",
+    "affinity",
+    "least_busy",
+    "round_robin",
+    "power_of_two",
+)
 
 
 class NoReplica(Exception):
@@ -126,6 +136,7 @@ class PrefixRouter:
         self._caches = [ReplicaCache(capacity_tokens // BLOCK_TOKENS) for _ in range(replicas)]
         self._affinity: OrderedDict[str, int] = OrderedDict()
         self._turn = 0
+        self._draw = random.Random(0)
 
     def choose(self, request: RouteRequest, loads: Sequence[int], serving: Sequence[bool]) -> Route:
         """The replica for a request, given each replica's requests in flight and whether it
@@ -136,6 +147,9 @@ class PrefixRouter:
         if self.policy == "round-robin":
             self._turn += 1
             return Route(ready[self._turn % len(ready)], "round_robin")
+        if self.policy == "power-of-two":
+            pair = self._draw.sample(ready, min(2, len(ready)))
+            return Route(min(pair, key=lambda i: loads[i]), "power_of_two")
         names = block_names(request)
         matched = {i: self._caches[i].matched(names) for i in ready}
         least = min(loads[i] for i in ready)

@@ -14,6 +14,7 @@ from mlxcel.config.settings import ModelConfig
 from mlxcel.memory import weights_bytes
 from mlxcel.models.adapters import AdapterTable
 from mlxcel.models.loaded import CAPABILITIES, Capability, Loaded, LoadedModel
+from mlxcel.models.ray_cluster import on_ray
 
 # A model that failed may be loaded again this many times per window before its requests are
 # answered with the failure until the window passes.
@@ -119,11 +120,19 @@ class ModelEntry:
     @property
     def expected_size(self) -> int:
         """What loading the model will take: its measured size, else its weights on disk
-        (once per replica)."""
+        (once per replica); nothing for replicas placed on a Ray cluster, whose memory is on
+        its nodes, outside this host's --max-memory."""
+        if self.on_ray:
+            return 0
         if self.size is not None:
             return self.size
         copies = self.config.replicas if self.capabilities[0] == "text" else 1
         return weights_bytes(self.config.model) * copies
+
+    @property
+    def on_ray(self) -> bool:
+        """Whether the model's replicas are placed on the Ray cluster (`--ray`)."""
+        return on_ray(self.config, self.capabilities[0])
 
     @property
     def evictable(self) -> bool:

@@ -7,42 +7,38 @@ its calls go through the deployment handle to any replica, each request's sequen
 from the replica that the prefix router (`models/ray_router.py`) picks. A replica that dies
 under a request (its worker process, its actor, or the cluster) fails that request with
 `WorkerGone`, a 503 `model_unavailable`; Ray starts another and the model stays loaded.
+The model's queue counts its sequences on every replica (`RayEngine`), as for local
+replicas. While the cluster is lost (`models/ray_link.py`) every request gets the 503 naming
+it; once the link has deployed the model again, `rebind` gives it the new handle.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-import re
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ray import serve
-from ray.serve.config import RequestRouterConfig
 
-from mlxcel.config.cores import default_threads
 from mlxcel.config.settings import ModelConfig
 from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.engine.replica_router import RouteRequest
-from mlxcel.engine.types import EngineError
+from mlxcel.engine.types import EngineError, TokenEvent
+from mlxcel.models import ray_link
 from mlxcel.models.loaded import LoadedModel, served_model
-from mlxcel.models.ray_replica import ModelReplica
-from mlxcel.models.ray_router import PrefixReplicaRouter
+from mlxcel.models.ray_deploy import app_name, deploy, replica_setup
 from mlxcel.models.remote import Receiver, Worker, WorkerGone
-from mlxcel.models.replicas import cache_tokens, replica_threads
+from mlxcel.models.replicas import cache_tokens
 from mlxcel.models.textgen import RemoteEngine, RemoteHandle
-from mlxcel.wire.facts import TextFacts
 from mlxcel.wire.messages import Setup
 
-# Health checks every 2 s: a replica whose worker died is replaced within seconds.
-HEALTH_CHECK_S = 2.0
 # Seconds a request may wait for its replica's first item (which it sends on arrival, before
 # the model's queue), and a call for its answer, before the cluster counts as lost.
 FIRST_ITEM_S = 15.0
 CALL_S = 15.0
-# Ray queues no request in the handle: each replica's worker has the model's queue.
-MAX_ONGOING = 10_000
 
 
 @dataclass
@@ -62,6 +58,7 @@ class RayWorker(Worker):
         # No process of its own: the worker processes are the replicas'.
         self.name = config.served_name
         self._config = config
+        self.queue_size = config.queue_size
         self._app = app
         self._handle = handle
         self._engine_metrics = metrics
@@ -69,7 +66,8 @@ class RayWorker(Worker):
         self._lock = threading.Lock()
         self._open: dict[int, _Streams] = {}
         self._aborted: str | None = None
-        self._gone: str | None = None
+        self._lost: str | None = None
+        self._ray_calls: set[Any] = set()
         self.capacity = 1 << 20
         self.route: RouteRequest | None = None
         """The next stream's route (set by `RayEngine.start` on the event loop)."""
@@ -90,14 +88,68 @@ class RayWorker(Worker):
         with self._lock:
             return [dict(r) for r in self.replicas.values()]
 
+    def serving(self) -> int:
+        """Replicas serving now: those that answered and did not fail since, at least as many
+        as the model asks for until they have answered (none while the cluster is lost)."""
+        if self._lost is not None:
+            return 0
+        with self._lock:
+            answered = sum(r["state"] == "serving" for r in self.replicas.values())
+        least = int(self._config.autoscaling.get("min_replicas", self._config.replicas))
+        return max(answered, least)
+
+    def lose(self, why: str) -> None:
+        """The cluster is lost (`models/ray_link.py`): every stream in flight fails with
+        `WorkerGone` naming it, and so does every request until `rebind`."""
+        with self._lock:
+            self._lost = why
+            every = {id(s): s for s in self._open.values()}
+            for known in self.replicas.values():
+                known.update(state="failed", reason=why, running=0)
+            calls = list(self._ray_calls)
+        for call in calls:
+            with contextlib.suppress(Exception):
+                call.cancel()
+        for streams in every.values():
+            if streams.response is not None:
+                streams.response.cancel()
+            self._fail(streams, WorkerGone(why))
+
+    def release(self) -> None:
+        """Shut the handle's router down (its tasks would poll the lost cluster's replicas);
+        at most a few seconds."""
+        done = threading.Thread(target=self._handle.shutdown, daemon=True)
+        done.start()
+        done.join(5)
+
+    def rebind(self, handle: Any) -> None:
+        """The model deployed again on the cluster come back: requests go to its new
+        replicas."""
+        with self._lock:
+            self._handle, self._lost = handle, None
+            self.replicas.clear()
+
     def call(self, method: str, *args: Any) -> Any:
         """Call a method of the model on any replica and wait for its result."""
         self._check_open()
+        response = None
         try:
             response = self._handle.options(method_name="call").remote(method, args)
+            with self._lock:
+                self._ray_calls.add(response)
             return response.result(timeout_s=CALL_S, _skip_asyncio_check=True)
         except Exception as exc:
+            if response is not None:
+                # Unanswered, Ray's router would go on trying to place it (on a lost
+                # cluster's replicas: for ever).
+                with contextlib.suppress(Exception):
+                    response.cancel()
+            if self._lost is not None:
+                raise WorkerGone(self._lost) from None
             raise self._failure(exc) from None
+        finally:
+            with self._lock:
+                self._ray_calls.discard(response)
 
     def stream(
         self, method: str, args: tuple[Any, ...], receivers: Sequence[Receiver]
@@ -238,6 +290,8 @@ class RayWorker(Worker):
     def _check_open(self) -> None:
         if self._aborted is not None:
             raise EngineError(self._aborted, "shutting_down")
+        if self._lost is not None:
+            raise WorkerGone(self._lost)
 
     def abort(self, why: str) -> None:
         """End every stream in flight with a `shutting_down` error."""
@@ -250,17 +304,22 @@ class RayWorker(Worker):
             self._fail(streams, EngineError(why, "shutting_down"))
 
     def stop(self) -> None:
-        """Delete the model's application: Ray ends its replicas."""
-        serve.delete(self._app)
+        """Delete the model's application: Ray ends its replicas (a lost cluster has none)."""
+        ray_link.unwatch(self)
+        if self._lost is None:
+            serve.delete(self._app)
 
 
 class RayEngine(RemoteEngine):
     """The scheduler of a model on Ray: each request's route travels with its stream, for the
     prefix router."""
 
-    def __init__(self, worker: RayWorker) -> None:
+    def __init__(self, worker: RayWorker, slots: int) -> None:
         super().__init__(worker)
         self._ray = worker
+        self._slots = slots
+        self._in_flight = 0
+        """Sequences started and not ended, on every replica (on the event loop)."""
 
     def start(
         self,
@@ -270,53 +329,36 @@ class RayEngine(RemoteEngine):
         count: int,
         route: RouteRequest,
     ) -> list[RemoteHandle]:
-        """Start the sequences on the replica the router picks for `route`."""
+        """Start the sequences on the replica the router picks for `route`; the model's
+        queue counts every replica's requests, as for local replicas."""
+        serving = self._ray.serving()
+        room = self._ray.queue_size + self._slots * serving - self._in_flight
+        if count > room and serving:
+            raise EngineError("the server is busy: request queue is full", "server_busy")
         self._ray.route = route
-        return super().start(request_id, method, args, count, route)
+        handles = super().start(request_id, method, args, count, route)
+        self._in_flight += count
+        for handle in handles:
+            handle.on_end = self._ended
+        return handles
+
+    def _ended(self, event: TokenEvent | None) -> None:
+        self._in_flight = max(0, self._in_flight - 1)
 
 
-def app_name(config: ModelConfig) -> str:
-    """The model's Ray Serve application."""
-    return "mlxcel-" + re.sub(r"[^A-Za-z0-9_.-]", "-", config.served_name)
-
-
-def ray_model(config: ModelConfig, setup: Setup, metrics: EngineMetrics) -> LoadedModel:
-    """Deploy the model's replicas on Ray and wait until they serve (a thread); raises the
-    deployment's failure."""
-    options = dict(config.ray_actor_options)
-    cpus = options.get("num_cpus")
-    if config.threads == default_threads() and cpus:
-        config = replace(config, threads=max(1, int(cpus)))
-    elif not config.autoscaling:
-        config = replace(config, threads=replica_threads(config))
-    setup = replace(setup, config=config)
-    most = int(config.autoscaling.get("max_replicas", config.replicas))
-    router = RequestRouterConfig(
-        request_router_class=PrefixReplicaRouter,  # type: ignore[arg-type]
-        request_router_kwargs={
-            "slots": 2 * most,
-            "imbalance": config.replica_imbalance,
-            "policy": config.replica_routing,
-        },
-    )
-    scaling: dict[str, Any] = (
-        {"autoscaling_config": dict(config.autoscaling)}
-        if config.autoscaling
-        else {"num_replicas": config.replicas}
-    )
-    deployment = serve.deployment(ModelReplica).options(  # type: ignore[attr-defined]
-        name="model",
-        ray_actor_options=options or None,
-        max_ongoing_requests=MAX_ONGOING,
-        health_check_period_s=HEALTH_CHECK_S,
-        request_router_config=router,
-        **scaling,
-    )
-    app = app_name(config)
-    handle = serve.run(deployment.bind(setup), name=app, route_prefix=None)
-    worker = RayWorker(config, app, handle, metrics)
-    facts: TextFacts = handle.options(method_name="facts").remote().result()
+def ray_model(
+    config: ModelConfig, setup: Setup, metrics: EngineMetrics, start_timeout: float
+) -> LoadedModel:
+    """Deploy the model's replicas on Ray and wait until they serve, at most `start_timeout`
+    seconds (a thread); raises the deployment's failure. The server's link to the cluster
+    deploys them again should the cluster be lost and come back."""
+    ray_link.check()
+    setup = replica_setup(config, setup)
+    config = setup.config
+    handle, facts = deploy(config, setup, start_timeout)
+    worker = RayWorker(config, app_name(config), handle, metrics)
     worker.capacity = cache_tokens(config, facts)
     model = served_model(config, worker, facts)
-    model.scheduler = RayEngine(worker)
+    model.scheduler = RayEngine(worker, facts.n_slots)
+    ray_link.watch(worker, lambda: deploy(config, setup, start_timeout)[0])
     return model

@@ -327,7 +327,13 @@ def cache_tokens(config: ModelConfig, facts: TextFacts) -> int:
 
 
 def _policy(name: str) -> Policy:
-    return "round-robin" if name == "round-robin" else "prefix"
+    return (
+        "round-robin"
+        if name == "round-robin"
+        else "power-of-two"
+        if name == "power-of-two"
+        else "prefix"
+    )
 
 
 def start_replicas(

@@ -42,6 +42,10 @@ def _listed(entry: ModelEntry, request: Request) -> dict[str, Any]:
     replicas = entry.replicas()
     if replicas is not None:
         meta["threads_per_replica"], meta["replicas"] = replicas
+    if entry.on_ray:
+        # Its replicas' memory is on the cluster's nodes: not measured, not in --max-memory.
+        meta["placement"] = "ray"
+        meta["in_memory_budget"] = False
     listed: dict[str, Any] = {
         "id": entry.name,
         "object": "model",
