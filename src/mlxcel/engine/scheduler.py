@@ -89,8 +89,7 @@ class Scheduler:
         self._thread = threading.current_thread()
         self._batch.hold()
         while not self._stopping:
-            # What the last turn delivered goes out before this one can wait for work.
-            self._batch.release()
+            self._batch.release()  # what the last turn delivered, as one message
             self._calls.run_pending()
             self._do_slot_work()
             self.scoring.run_due(self._use, self._cache)
@@ -178,8 +177,7 @@ class Scheduler:
 
     def _next_job(self) -> Job | None:
         """The next waiting job to start, answering the ones that waited too long."""
-        # What was delivered so far goes out before the thread can wait for work.
-        self._batch.release()
+        self._batch.release()  # before the thread can wait for work
         with self._wakeup:
             busy = self._calls.waiting or self._slot_work or self.scoring.waiting
             idle = not (self._running or self._waiting or busy)
