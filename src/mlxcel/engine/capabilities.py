@@ -104,6 +104,21 @@ class SavesState(Protocol):
         ...
 
 
+@runtime_checkable
+class SharesPrefixes(Protocol):
+    """A generator that copies what one slot holds into another while the first runs on."""
+
+    @property
+    def shares_prefixes(self) -> bool:
+        """Whether this model's slots can be copied (fixed when it loads)."""
+        ...
+
+    def copy_slot(self, source: int, slot: int) -> None:
+        """Make `slot` hold what `source` holds now (replacing what it held); the copy is
+        trimmed when the slot opens, to the prefix its request shares."""
+        ...
+
+
 @dataclass(frozen=True)
 class FimTokens:
     """A vocabulary's fill-in-the-middle tokens; None where it has no such token.

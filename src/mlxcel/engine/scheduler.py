@@ -26,6 +26,7 @@ from mlxcel.engine.handle import EventSink, TurnBatch, Unbatched
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.scoring import PromptScoring
 from mlxcel.engine.sequence import Job, Running, about, slot_reports
+from mlxcel.engine.sharing import reuse_prefix
 from mlxcel.engine.slots import SlotPool, SlotReport, SlotState
 from mlxcel.engine.speculation import Speculation
 from mlxcel.engine.speculative import SpeculativeConfig
@@ -190,7 +191,7 @@ class Scheduler:
             adapters = job.params.adapters
             slot, shared = self._pool.choose(job.prompt, job.params.id_slot, adapters)
             # cache_prompt false: the prompt is evaluated from its first token.
-            cached = self._swap_cached(slot, shared, job) if job.params.cache_prompt else 0
+            cached = self._reuse(slot, shared, job) if job.params.cache_prompt else 0
             cached = media.reusable(job.media, cached)
             with self._wakeup:
                 self._pool.claim(slot, job.handle.request_id, cached, adapters)
@@ -210,13 +211,11 @@ class Scheduler:
                 job.handle.deliver(running.event("", progress=progress, now=running.started))
         self._update_gauges()
 
-    def _swap_cached(self, slot: int, shared: int, job: Job) -> int:
-        """The prompt tokens the slot holds once the prompt cache had its say."""
-        generator, cache = self._generator, self._cache
-        if cache is None or not isinstance(generator, SavesState):
-            return shared
-        state, metrics, adapters = self._pool.slots[slot], self._metrics, job.params.adapters
-        return cache.swap(generator, slot, state, shared, job.prompt, metrics, adapters)
+    def _reuse(self, slot: int, shared: int, job: Job) -> int:
+        """The prompt tokens the slot holds once busy slots and the prompt cache had their
+        say (engine/sharing.py)."""
+        args = (self._generator, self._pool, self._cache, slot, shared, job.prompt)
+        return reuse_prefix(*args, job.params.adapters, self._metrics)
 
     def _open(self, job: Job, slot: int, cached: int) -> EngineError | None:
         """Set the slot up for the job; what went wrong, if anything."""

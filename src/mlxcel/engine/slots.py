@@ -90,6 +90,22 @@ class SlotPool:
             raise RuntimeError("no free slot")
         return best, best_shared
 
+    def busiest_match(self, prompt: list[int], adapters: AdapterSet) -> tuple[int, int]:
+        """The busy slot of `adapters` whose tokens share most of `prompt`, and how many
+        (at most all but the prompt's last); (-1, 0) when none shares any."""
+        best, best_shared = -1, 0
+        for index, slot in enumerate(self.slots):
+            if slot.busy and slot.adapters == adapters:
+                shared = min(common_prefix(slot.tokens, prompt), len(prompt) - 1)
+                if shared > best_shared:
+                    best, best_shared = index, shared
+        return best, best_shared
+
+    def copied(self, index: int, source: int) -> None:
+        """Slot `index` now holds what slot `source` holds."""
+        self.slots[index].tokens = list(self.slots[source].tokens)
+        self.slots[index].adapters = self.slots[source].adapters
+
     def claim(self, index: int, request_id: str, kept: int, adapters: AdapterSet = ()) -> None:
         """Give the slot to a request that keeps the first `kept` tokens of its state and
         runs with `adapters`."""

@@ -55,6 +55,11 @@ class LlamaCppGenerator:
         cells = int(llama_cpp.llama_n_ctx(self._ctx))
         self._kv_cache = kv_cache_info(model, cells, options.cache_type_k, options.cache_type_v)
         self._n_slots = options.parallel
+        # A recurrent model's state is no KV buffer that one sequence's copy could trim.
+        recurrent = llama_cpp.llama_model_is_recurrent(model) or llama_cpp.llama_model_is_hybrid(
+            model
+        )
+        self._shares_prefixes = options.parallel > 1 and not recurrent
         self._max_feed = llama_cpp.llama_n_batch(self._ctx)
         self._batch = llama_cpp.llama_batch_init(self._max_feed, 0, 1)
         self._slots: dict[int, SlotSampler] = {}
@@ -223,6 +228,17 @@ class LlamaCppGenerator:
     @property
     def batched(self) -> bool:
         return True  # one llama_decode over every sequence's tokens
+
+    @property
+    def shares_prefixes(self) -> bool:
+        return self._shares_prefixes
+
+    def copy_slot(self, source: int, slot: int) -> None:
+        # Each slot is a stream of its own (no unified KV cache): llama.cpp copies the whole
+        # buffer, at the next decode, and open_slot trims the copy.
+        llama_cpp.llama_memory_seq_rm(self._memory, slot, -1, -1)
+        llama_cpp.llama_memory_seq_cp(self._memory, source, slot, -1, -1)
+        self._jumps[slot] = Jumps.from_bytes(self._jumps[source].to_bytes())[0]
 
     def close_slot(self, slot: int) -> None:
         state = self._slots.pop(slot, None)

@@ -1,0 +1,66 @@
+"""Requests that share a prompt prefix with one that is running: its slot's KV state copied.
+
+The prefix cache is per slot, so requests for the same long prompt that arrive together (an
+agent's system prompt, a batch over one document) would each evaluate it from the start: the
+slot that holds it is busy. Where the generator can copy a slot (`SharesPrefixes`), a new
+request whose prompt shares at least `MIN_GAIN` more tokens with a busy slot than with the
+free slot it got takes a copy of that slot instead, trimmed to the shared prefix when its slot
+opens. What the free slot held is kept in the prompt cache first, as when a prompt replaces it.
+"""
+
+from __future__ import annotations
+
+from mlxcel.engine.adapters import AdapterSet
+from mlxcel.engine.cache_tiers import CacheTiers
+from mlxcel.engine.capabilities import SavesState, SharesPrefixes
+from mlxcel.engine.metrics import RecordsMetrics
+from mlxcel.engine.prompt_cache import keep_slot_state
+from mlxcel.engine.slots import SlotPool
+from mlxcel.engine.types import TextGenerator
+
+MIN_GAIN = 64
+"""Tokens a copy must save: copying a slot moves its whole KV buffer (tens of MB on a small
+model), about what evaluating a few dozen prompt tokens costs on a CPU."""
+
+
+def reuse_prefix(
+    generator: TextGenerator,
+    pool: SlotPool,
+    cache: CacheTiers | None,
+    slot: int,
+    shared: int,
+    prompt: list[int],
+    adapters: AdapterSet,
+    metrics: RecordsMetrics,
+) -> int:
+    """The prompt tokens free slot `slot` holds once a busy slot's prefix and then the
+    prompt cache's tiers had their say."""
+    shared = _share_busy(generator, pool, cache, slot, shared, prompt, adapters)
+    if cache is None or not isinstance(generator, SavesState):
+        return shared
+    return cache.swap(generator, slot, pool.slots[slot], shared, prompt, metrics, adapters)
+
+
+def _share_busy(
+    generator: TextGenerator,
+    pool: SlotPool,
+    cache: CacheTiers | None,
+    slot: int,
+    shared: int,
+    prompt: list[int],
+    adapters: AdapterSet,
+) -> int:
+    """The prompt tokens free slot `slot` holds once a busy slot's prefix computed with the
+    request's `adapters`, where it is worth more than the `shared` tokens the slot holds, was
+    copied into it."""
+    if not (isinstance(generator, SharesPrefixes) and generator.shares_prefixes):
+        return shared
+    state = pool.slots[slot]
+    source, longest = pool.busiest_match(prompt, adapters)
+    if source < 0 or longest < shared + MIN_GAIN:
+        return shared
+    if cache is not None and isinstance(generator, SavesState):
+        keep_slot_state(cache.ram, generator, slot, state, shared)
+    generator.copy_slot(source, slot)
+    pool.copied(slot, source)
+    return longest

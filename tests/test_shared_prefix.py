@@ -1,0 +1,79 @@
+"""A request whose prompt shares a long prefix with a running request's: the busy slot's KV
+state is copied into its free slot (engine/sharing.py), so the prefix is not evaluated again,
+and the answers are what each request gets alone."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from mlxcel.engine.sharing import MIN_GAIN
+from tests.conftest import serving
+from tests.server_process import ServerProcess
+
+PREFIX = " ".join(f"Rule {i}: keep the {w} dry." for i, w in enumerate(["sail", "rope"] * 40))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    yield from serving(tmp_path_factory, "shared-prefix", "-np", "2", "--cache-ram", "0")
+
+
+def _body(prompt: str, max_tokens: int, **more: Any) -> dict[str, Any]:
+    return {
+        "model": "default",
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        **more,
+    }
+
+
+def _complete(client: httpx.Client, prompt: str, **more: Any) -> tuple[str, int]:
+    """The greedy answer of 12 tokens, and how many prompt tokens came from a cache."""
+    answer = client.post("/v1/completions", json=_body(prompt, 12, **more)).json()
+    details = answer["usage"].get("prompt_tokens_details") or {}
+    return answer["choices"][0]["text"], details.get("cached_tokens") or 0
+
+
+def test_a_prefix_in_a_busy_slot_is_copied_not_evaluated_again(server: ServerProcess) -> None:
+    with server.http() as client:
+        prefix = client.post("/tokenize", json={"content": PREFIX}).json()["tokens"]
+        assert len(prefix) > 4 * MIN_GAIN
+        first, second = PREFIX + " Story one:", PREFIX + " Story two:"
+        running = ""
+        body = _body(first, 160, stream=True)
+        with client.stream("POST", "/v1/completions", json=body) as stream:
+            lines = stream.iter_lines()
+            # The first request is past its prompt and decoding in slot 0 ...
+            while not running:
+                line = next(lines)
+                if line.startswith("data: {"):
+                    running = line
+            # ... when the second, sharing its prefix, takes slot 1.
+            beside, cached = _complete(client, second)
+            rest = [line for line in lines if line.startswith("data: {")]
+        assert rest, "the first request ended before the second was answered"
+        assert cached >= len(prefix) - 2
+        # Evaluated from its first token, with no cache, the second prompt answers the same.
+        alone, none_cached = _complete(client, second, cache_prompt=False)
+        assert none_cached == 0
+        assert beside == alone
+
+
+def test_a_short_shared_prefix_is_not_copied(server: ServerProcess) -> None:
+    with server.http() as client:
+        long_prompt = "Alpha beta gamma. " * 60 + "Now a story:"
+        body = _body(long_prompt, 120, stream=True)
+        with client.stream("POST", "/v1/completions", json=body) as stream:
+            lines = stream.iter_lines()
+            while not next(lines).startswith("data: {"):
+                pass
+            # Shares a few tokens with the running prompt: not worth a copy of the slot.
+            _, cached = _complete(client, "Alpha beta gamma. Something else entirely.")
+            list(lines)
+        assert cached < MIN_GAIN
