@@ -33,34 +33,17 @@ def reuse_prefix(
     adapters: AdapterSet,
     metrics: RecordsMetrics,
 ) -> int:
-    """The prompt tokens free slot `slot` holds once a busy slot's prefix and then the
-    prompt cache's tiers had their say."""
-    shared = _share_busy(generator, pool, cache, slot, shared, prompt, adapters)
+    """The prompt tokens free slot `slot` holds once a busy slot's prefix computed with the
+    request's `adapters` (where it is worth more than the `shared` tokens the slot holds), then
+    the prompt cache's tiers, had their say."""
+    source, longest = pool.busiest_match(prompt, adapters)
+    worth = source >= 0 and longest >= shared + MIN_GAIN
+    if worth and isinstance(generator, SharesPrefixes) and generator.shares_prefixes:
+        if cache is not None and isinstance(generator, SavesState):
+            keep_slot_state(cache.ram, generator, slot, pool.slots[slot], shared)
+        generator.copy_slot(source, slot)
+        pool.copied(slot, source)
+        shared = longest
     if cache is None or not isinstance(generator, SavesState):
         return shared
     return cache.swap(generator, slot, pool.slots[slot], shared, prompt, metrics, adapters)
-
-
-def _share_busy(
-    generator: TextGenerator,
-    pool: SlotPool,
-    cache: CacheTiers | None,
-    slot: int,
-    shared: int,
-    prompt: list[int],
-    adapters: AdapterSet,
-) -> int:
-    """The prompt tokens free slot `slot` holds once a busy slot's prefix computed with the
-    request's `adapters`, where it is worth more than the `shared` tokens the slot holds, was
-    copied into it."""
-    if not (isinstance(generator, SharesPrefixes) and generator.shares_prefixes):
-        return shared
-    state = pool.slots[slot]
-    source, longest = pool.busiest_match(prompt, adapters)
-    if source < 0 or longest < shared + MIN_GAIN:
-        return shared
-    if cache is not None and isinstance(generator, SavesState):
-        keep_slot_state(cache.ram, generator, slot, state, shared)
-    generator.copy_slot(source, slot)
-    pool.copied(slot, source)
-    return longest
