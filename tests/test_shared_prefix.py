@@ -11,15 +11,18 @@ import httpx
 import pytest
 
 from mlxcel.engine.sharing import MIN_GAIN
-from tests.conftest import serving
+from tests.conftest import on_each_engine
 from tests.server_process import ServerProcess
 
 PREFIX = " ".join(f"Rule {i}: keep the {w} dry." for i, w in enumerate(["sail", "rope"] * 40))
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    yield from serving(tmp_path_factory, "shared-prefix", "-np", "2", "--cache-ram", "0")
+@pytest.fixture(scope="module", params=["llamacpp", "mlx"])
+def server(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    """Two slots on each engine: llama.cpp copies a slot's KV buffer, MLX a saved state."""
+    proc = on_each_engine(request, "-np", "2", "--cache-ram", "0")
+    yield proc
+    proc.stop_soon()
 
 
 def _body(prompt: str, max_tokens: int, **more: Any) -> dict[str, Any]:
