@@ -160,7 +160,6 @@ def main() -> None:
     workload_args(parser)
     add("--single-requests", type=int, default=8, help="requests at concurrency 1")
     add("--single-tokens", type=int, default=64, help="tokens each at concurrency 1")
-    add("--seed", type=int, default=7)
     args = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="mlxcel-bench-"))
