@@ -201,9 +201,7 @@ def main() -> None:
         swept = shared_prefix(args, "prefix", imbalance)
         print(
             f"imbalance {imbalance}: cache hits {swept['hit_fraction']:.2f}, median TTFT "
-            f"{swept['ttft_median_ms']:.0f} ms, warm median TTFT by clients "
-            f"{ {n: round(ms) for n, ms in swept['ttft_by_level'].items()} }, "
-            f"decisions {swept['decisions']}"
+            f"{swept['ttft_median_ms']:.0f} ms, decisions {swept['decisions']}"
         )
 
     RESULTS.mkdir(exist_ok=True)
