@@ -5,7 +5,8 @@ agent's system prompt, a batch over one document) would each evaluate it from th
 slot that holds it is busy. Where the generator can copy a slot (`SharesPrefixes`, or by saving
 and loading its state), a new request whose prompt shares at least `MIN_GAIN` more tokens with
 a busy slot than with the free slot it got takes a copy of that slot instead, trimmed to the
-shared prefix when its slot opens. What the free slot held is kept in the prompt cache first, as when a prompt replaces it.
+shared prefix when its slot opens. What the free slot held is kept in the prompt cache first,
+as when a prompt replaces it.
 """
 
 from __future__ import annotations
