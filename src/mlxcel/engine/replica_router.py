@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from mlxcel.engine.types import EngineError
+
 # Tokens per block. A prompt's match is counted in whole blocks: finer blocks find a shared
 # prefix to within a few tokens (a chat's system prompt rarely ends on a round number), and the
 # cost is one hash of 16 ints per block, about 100 for a 1,500-token prompt, microseconds.
@@ -35,6 +37,14 @@ DECISIONS: tuple[Decision, ...] = (
     "round_robin",
     "power_of_two",
 )
+
+
+def check_room(queue_size: int, slots_each: int, serving: int, in_flight: int, count: int) -> None:
+    """The model's admission across its replicas, local or on Ray: `count` more sequences fit
+    while those in flight leave room in the serving replicas' slots and the model's queue;
+    raises EngineError `server_busy` when not (with none serving, the caller says why)."""
+    if serving and count > queue_size + slots_each * serving - in_flight:
+        raise EngineError("the server is busy: request queue is full", "server_busy")
 
 
 class NoReplica(Exception):

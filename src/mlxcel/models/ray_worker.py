@@ -25,7 +25,7 @@ from ray import serve
 
 from mlxcel.config.settings import ModelConfig
 from mlxcel.engine.metrics import EngineMetrics
-from mlxcel.engine.replica_router import RouteRequest
+from mlxcel.engine.replica_router import RouteRequest, check_room
 from mlxcel.engine.types import EngineError, TokenEvent
 from mlxcel.models import ray_link
 from mlxcel.models.loaded import LoadedModel, served_model
@@ -332,9 +332,7 @@ class RayEngine(RemoteEngine):
         """Start the sequences on the replica the router picks for `route`; the model's
         queue counts every replica's requests, as for local replicas."""
         serving = self._ray.serving()
-        room = self._ray.queue_size + self._slots * serving - self._in_flight
-        if count > room and serving:
-            raise EngineError("the server is busy: request queue is full", "server_busy")
+        check_room(self._ray.queue_size, self._slots, serving, self._in_flight, count)
         self._ray.route = route
         handles = super().start(request_id, method, args, count, route)
         self._in_flight += count

@@ -31,6 +31,7 @@ from mlxcel.engine.replica_router import (
     Policy,
     PrefixRouter,
     RouteRequest,
+    check_room,
 )
 from mlxcel.engine.types import EngineError, TokenEvent
 from mlxcel.models.remote import Worker, WorkerGone
@@ -269,9 +270,7 @@ class ReplicaSet:
         assert self.router is not None and self.facts is not None
         serving = self.serving()
         loads = [r.in_flight for r in self.replicas]
-        room = self.config.queue_size + self.facts.n_slots * sum(serving) - sum(loads)
-        if count > room and any(serving):
-            raise EngineError("the server is busy: request queue is full", "server_busy")
+        check_room(self.config.queue_size, self.facts.n_slots, sum(serving), sum(loads), count)
         try:
             chosen = self.router.choose(route, loads, serving)
         except NoReplica:
