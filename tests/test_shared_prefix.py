@@ -80,3 +80,20 @@ def test_a_short_shared_prefix_is_not_copied(server: ServerProcess) -> None:
             _, cached = _complete(client, "Alpha beta gamma. Something else entirely.")
             list(lines)
         assert cached < MIN_GAIN
+
+
+def test_prompts_arriving_together_evaluate_their_prefix_once(server: ServerProcess) -> None:
+    """One request's two prompts are queued together: the second waits for the first's
+    prompt to be evaluated and copies it, rather than evaluating the same prefix beside it.
+    (Its answer may differ from one evaluated alone in the last bits, as a prompt evaluated
+    in other chunks does on llama.cpp: the copy's own correctness is the test above.)"""
+    # A prefix no slot holds yet (the server keeps no prompt cache in host memory).
+    fresh = PREFIX.replace("Rule", "Law")
+    with server.http() as client:
+        prefix = client.post("/tokenize", json={"content": fresh}).json()["tokens"]
+        prompts = [fresh + " Story three:", fresh + " Story four:"]
+        answer = client.post("/v1/completions", json=_body(prompts, 12)).json()
+    # Evaluated together, neither would have any cached.
+    assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] >= len(prefix) - 2
+    assert answer["usage"]["completion_tokens"] == 24
+    assert sorted(choice["index"] for choice in answer["choices"]) == [0, 1]

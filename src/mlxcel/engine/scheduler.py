@@ -26,7 +26,7 @@ from mlxcel.engine.handle import EventSink, TurnBatch, Unbatched
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.scoring import PromptScoring
 from mlxcel.engine.sequence import Job, Running, about, slot_reports
-from mlxcel.engine.sharing import reuse_prefix
+from mlxcel.engine.sharing import awaits_prefill, reuse_prefix
 from mlxcel.engine.slots import SlotPool, SlotReport, SlotState
 from mlxcel.engine.speculation import Speculation
 from mlxcel.engine.speculative import SpeculativeConfig
@@ -184,7 +184,8 @@ class Scheduler:
             idle = not (self._running or self._waiting or busy)
             if idle and not self._stopping:
                 self._wakeup.wait(timeout=0.5)
-            return self._waiting.next_job(self._pool.can_take)
+            defer = partial(awaits_prefill, self._generator, self._pool, self._running)
+            return self._waiting.next_job(self._pool.can_take, defer)
 
     def _admit(self) -> None:
         while (job := self._next_job()) is not None:

@@ -7,16 +7,24 @@ and loading its state), a new request whose prompt shares at least `MIN_GAIN` mo
 a busy slot than with the free slot it got takes a copy of that slot instead, trimmed to the
 shared prefix when its slot opens. What the free slot held is kept in the prompt cache first,
 as when a prompt replaces it.
+
+Requests that arrive while such a prompt is still being evaluated (a cold server's first
+burst, a request's several prompts) wait for it rather than evaluate the same tokens beside
+it: on a CPU two evaluations of one prefix take twice the time of one, so both would answer
+later (`awaits_prefill`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from mlxcel.engine.adapters import AdapterSet
 from mlxcel.engine.cache_tiers import CacheTiers
 from mlxcel.engine.capabilities import SavesState, SharesPrefixes
 from mlxcel.engine.metrics import RecordsMetrics
 from mlxcel.engine.prompt_cache import keep_slot_state
-from mlxcel.engine.slots import SlotPool
+from mlxcel.engine.sequence import Job, Running
+from mlxcel.engine.slots import SlotPool, common_prefix
 from mlxcel.engine.types import TextGenerator
 
 MIN_GAIN = 64
@@ -51,6 +59,32 @@ def reuse_prefix(
     if cache is None or not isinstance(generator, SavesState):
         return shared
     return cache.swap(generator, slot, pool.slots[slot], shared, prompt, metrics, adapters)
+
+
+def awaits_prefill(
+    generator: TextGenerator, pool: SlotPool, running: Sequence[Running], job: Job
+) -> bool:
+    """Whether waiting `job` should wait for a running sequence's prompt evaluation: that
+    prompt shares at least `MIN_GAIN` more tokens with the job's than any slot holds now, and
+    its slot can be copied once they are evaluated."""
+    prompt, adapters = job.prompt, job.params.adapters
+    if not job.params.cache_prompt or not _copies(generator):
+        return False
+    coming = max(
+        (
+            common_prefix(r.job.prompt, prompt)
+            for r in running
+            if r.prefilling and r.job.params.adapters == adapters
+        ),
+        default=0,
+    )
+    if coming < MIN_GAIN:
+        return False
+    held = max(
+        (common_prefix(s.tokens, prompt) for s in pool.slots if s.adapters == adapters),
+        default=0,
+    )
+    return min(coming, len(prompt) - 1) >= held + MIN_GAIN
 
 
 def _copies(generator: TextGenerator) -> bool:

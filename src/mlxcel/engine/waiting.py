@@ -74,16 +74,21 @@ class WaitingRoom:
         self._metrics.finished("cancelled")
         return True
 
-    def next_job(self, can_take: Callable[[int], bool]) -> Job | None:
-        """The first job, if a slot it may take is free (holding the lock), answering the
+    def next_job(self, can_take: Callable[[int], bool], defer: Callable[[Job], bool]) -> Job | None:
+        """The first job that is not deferred (`defer`: it waits for a prompt being evaluated,
+        engine/sharing.py), if a slot it may take is free (holding the lock), answering the
         ones that waited too long."""
         timeout = self._limits.queue_timeout
-        while self._jobs:
-            job = self._jobs[0]
+        index = 0
+        while index < len(self._jobs):
+            job = self._jobs[index]
             expired = timeout > 0 and time.monotonic() - job.arrived > timeout
             if not expired and not can_take(job.params.id_slot):
                 return None
-            self._jobs.popleft()
+            if not expired and defer(job):
+                index += 1
+                continue
+            del self._jobs[index]
             if not expired:
                 return job
             self._metrics.rejected("queue_timeout")
