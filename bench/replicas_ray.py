@@ -34,7 +34,17 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from replicas import RESULTS, default_model, mlxcel, plot, save, stop, workload, workload_args
+from replicas import (
+    RESULTS,
+    default_model,
+    mlxcel,
+    plot,
+    routed,
+    save,
+    stop,
+    workload,
+    workload_args,
+)
 from serve import make_prompts, run_level, summarize
 from servers import _free_port
 
@@ -118,6 +128,7 @@ def routing(address: str, args: argparse.Namespace, tmp: Path) -> list[dict[str,
         try:
             prompts = workload(args)
             result = {"policy": policy, **_level(port, prompts, args.clients, 16)}
+            result["decisions"] = routed(port)
             levels = {}
             for level in args.levels:
                 random.Random(level).shuffle(prompts)
@@ -174,15 +185,16 @@ def main() -> None:
             f"{result['policy']:>12} (Ray): cache hits {result['hit_fraction']:.2f}, "
             f"median TTFT {result['ttft_median_ms']:.0f} ms, "
             f"{result['throughput_tok_s']:.1f} tok/s, "
-            f"warm median TTFT by clients {result['ttft_by_level']}"
+            f"warm median TTFT by clients {result['ttft_by_level']}, "
+            f"decisions {result['decisions']}"
         )
-    routed, default = results
+    by_prefix, default = results
     print(
-        f"prefix / Ray's default router: cache hits {routed['hit_fraction']:.2f} vs "
+        f"prefix / Ray's default router: cache hits {by_prefix['hit_fraction']:.2f} vs "
         f"{default['hit_fraction']:.2f}, median TTFT "
-        f"{routed['ttft_median_ms'] / default['ttft_median_ms']:.2f}x (target at most 0.5x)"
+        f"{by_prefix['ttft_median_ms'] / default['ttft_median_ms']:.2f}x (target at most 0.5x)"
     )
-    ray = routed["single"]
+    ray = by_prefix["single"]
     extra = ray["ttft_median_ms"] - local["ttft_median_ms"]
     ratio = ray["decode_tok_s"] / local["decode_tok_s"] if local["decode_tok_s"] else 0.0
     print(

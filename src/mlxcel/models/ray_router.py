@@ -7,6 +7,10 @@ handle's event loop. Each stream request carries its `RouteRequest` and what a r
 holds (`route` and `capacity`; the router adds its `decision`, which the replica says back);
 calls carry neither and go to any replica. Ray's replica ids are numbered for the router as
 they appear; a replica that dies frees its number and its believed cache.
+
+A replica's load is the requests the router saw Ray route to it and not yet complete (Ray's
+`on_request_routed` and `on_request_completed`), not Ray's queue-length cache: that forgets a
+replica after 10 s without news, and a replica busy with long prompts then looks idle.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ class PrefixReplicaRouter(RequestRouter):
         self._policy: Policy = "round-robin" if kwargs.get("policy") == "round-robin" else "prefix"
         self._router: PrefixRouter | None = None
         self._numbers: dict[ReplicaID, int] = {}
+        self._ongoing: dict[ReplicaID, int] = {}
+        self._routed: dict[str, ReplicaID] = {}
 
     def _number(self, replica_id: ReplicaID) -> int | None:
         number = self._numbers.get(replica_id)
@@ -66,7 +72,7 @@ class PrefixReplicaRouter(RequestRouter):
         serving = [False] * self._slots
         for number, replica in numbered.items():
             assert number is not None
-            loads[number] = self.replica_queue_len_cache.get(replica.replica_id) or 0
+            loads[number] = self._ongoing.get(replica.replica_id, 0)
             serving[number] = True
         try:
             chosen = router.choose(route, loads, serving)
@@ -80,9 +86,24 @@ class PrefixReplicaRouter(RequestRouter):
         pending_request.kwargs["decision"] = chosen.decision
         return [[first], [r for r in candidate_replicas if r is not first]]
 
+    def on_request_routed(
+        self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any
+    ) -> None:
+        """A replica took a request: one more of its load until it completes."""
+        super().on_request_routed(pending_request, replica_id, result)
+        self._routed[pending_request.metadata.internal_request_id] = replica_id
+        self._ongoing[replica_id] = self._ongoing.get(replica_id, 0) + 1
+
+    def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
+        """A request ended, answered or not (a refused one was never counted)."""
+        super().on_request_completed(replica_id, internal_request_id)
+        if self._routed.pop(internal_request_id, None) is not None and replica_id in self._ongoing:
+            self._ongoing[replica_id] -= 1
+
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         """A replica ended: its number and its believed cache are free."""
         super().on_replica_actor_died(replica_id)
+        self._ongoing.pop(replica_id, None)
         number = self._numbers.pop(replica_id, None)
         if number is not None and self._router is not None:
             self._router.forget(number)
