@@ -1,5 +1,5 @@
 """Ray Serve's request router for a model's replicas (`models/ray_router.py`) on its own, fed as
-Ray feeds it: the prefix policy, and the loads it counts from Ray's routed and completed hooks
+Ray feeds it: the prefix policy, and the loads it counts from Ray's sent and completed hooks
 (Ray's queue-length cache forgets a replica after 10 s without news, and one busy with long
 prompts would look idle). Served through a real cluster: test_ray.py."""
 
@@ -34,9 +34,9 @@ def _request(n: int, tokens: list[int]) -> PendingRequest:
 
 
 async def _route(router: PrefixReplicaRouter, replicas: list[Any], request: PendingRequest) -> Any:
-    """The replica the router ranks first, told that Ray routed the request there."""
+    """The replica the router ranks first, told that Ray sent the request there."""
     first = (await router.choose_replicas(replicas, request))[0][0]
-    router.on_request_routed(request, first.replica_id, None)
+    router.on_send_request(first.replica_id)
     return first
 
 
@@ -55,13 +55,16 @@ async def _stays_until_much_busier() -> None:
     request = _request(3, prompt)
     assert await _route(router, replicas, request) is not home
     assert request.kwargs["decision"] == "load"
-    # ... and again once its requests complete (a refused one was never counted).
-    for n in range(3):
-        router.on_request_completed(home.replica_id, f"internal-{n}")
-    router.on_request_completed(home.replica_id, "internal-never-routed")
-    request = _request(4, prompt)
-    assert await _route(router, replicas, request) is home
-    assert request.kwargs["decision"] == "prefix"
+    # ... and both now hold the prefix. Once every request completed, and two that failed
+    # before they were sent (counting nothing), their loads are even again: the same prefix
+    # goes to each in turn.
+    for n in range(4):
+        replica = home if n < 3 else next(r for r in replicas if r is not home)
+        router.on_request_completed(replica.replica_id, f"internal-{n}")
+    for n in range(2):
+        router.on_request_completed(home.replica_id, f"internal-never-sent-{n}")
+    again = [await _route(router, replicas, _request(n, prompt)) for n in range(4, 8)]
+    assert sorted(again.count(r) for r in replicas) == [2, 2]
 
 
 def test_a_dead_replicas_load_is_forgotten() -> None:

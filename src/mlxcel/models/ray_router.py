@@ -8,9 +8,10 @@ holds (`route` and `capacity`; the router adds its `decision`, which the replica
 calls carry neither and go to any replica. Ray's replica ids are numbered for the router as
 they appear; a replica that dies frees its number and its believed cache.
 
-A replica's load is the requests the router saw Ray route to it and not yet complete (Ray's
-`on_request_routed` and `on_request_completed`), not Ray's queue-length cache: that forgets a
-replica after 10 s without news, and a replica busy with long prompts then looks idle.
+A replica's load is the requests Ray sent it that have not completed (Ray's `on_send_request`
+and `on_request_completed`, which come in that order, a refused request's too), not Ray's
+queue-length cache: that forgets a replica after 10 s without news, and a replica busy with
+long prompts then looks idle.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ class PrefixReplicaRouter(RequestRouter):
         self._router: PrefixRouter | None = None
         self._numbers: dict[ReplicaID, int] = {}
         self._ongoing: dict[ReplicaID, int] = {}
-        self._routed: dict[str, ReplicaID] = {}
 
     def _number(self, replica_id: ReplicaID) -> int | None:
         number = self._numbers.get(replica_id)
@@ -86,18 +86,15 @@ class PrefixReplicaRouter(RequestRouter):
         pending_request.kwargs["decision"] = chosen.decision
         return [[first], [r for r in candidate_replicas if r is not first]]
 
-    def on_request_routed(
-        self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any
-    ) -> None:
-        """A replica took a request: one more of its load until it completes."""
-        super().on_request_routed(pending_request, replica_id, result)
-        self._routed[pending_request.metadata.internal_request_id] = replica_id
+    def on_send_request(self, replica_id: ReplicaID) -> None:
+        """A request went to a replica: one more of its load until it completes."""
+        super().on_send_request(replica_id)
         self._ongoing[replica_id] = self._ongoing.get(replica_id, 0) + 1
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
-        """A request ended, answered or not (a refused one was never counted)."""
+        """A request ended, answered, refused or failed."""
         super().on_request_completed(replica_id, internal_request_id)
-        if self._routed.pop(internal_request_id, None) is not None and replica_id in self._ongoing:
+        if self._ongoing.get(replica_id, 0) > 0:
             self._ongoing[replica_id] -= 1
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
