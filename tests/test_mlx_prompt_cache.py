@@ -16,7 +16,7 @@ from mlx_lm.models.deepseek_v41 import LayerCache
 
 from mlxcel.backends.mlx import MlxGenerator, MlxOptions
 from mlxcel.backends.mlx.kv_state import from_bytes, to_bytes, unsaveable
-from mlxcel.engine.capabilities import SavesState
+from mlxcel.engine.capabilities import SavesState, SharesPrefixes
 from mlxcel.engine.types import Feed, Sample, SamplingParams
 from tests.conftest import LLAMA_DIR, start
 from tests.server_process import ServerProcess
@@ -102,6 +102,9 @@ def test_a_saved_state_continues_the_same_in_another_slot(
     generator = MlxGenerator(path, MlxOptions(ctx_size=2048, parallel=3, batch_size=512))
     try:
         assert isinstance(generator, SavesState) and generator.can_save_state
+        # A rotating window cannot be cut back to a shared prefix: no slot is copied.
+        assert isinstance(generator, SharesPrefixes)
+        assert generator.shares_prefixes == (kind == "plain")
         text = "Once upon a time a dragon and a king sat by the river. " * 4
         prompt = generator.tokenize(text, add_special=True, parse_special=False)
         other = generator.tokenize("The cat", add_special=True, parse_special=False)

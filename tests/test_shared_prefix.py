@@ -5,13 +5,14 @@ and the answers are what each request gets alone."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from mlxcel.engine.sharing import MIN_GAIN
-from tests.conftest import on_each_engine
+from tests.conftest import on_each_engine, start
 from tests.server_process import ServerProcess
 
 PREFIX = " ".join(f"Rule {i}: keep the {w} dry." for i, w in enumerate(["sail", "rope"] * 40))
@@ -97,3 +98,27 @@ def test_prompts_arriving_together_evaluate_their_prefix_once(server: ServerProc
     assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] >= len(prefix) - 2
     assert answer["usage"]["completion_tokens"] == 24
     assert sorted(choice["index"] for choice in answer["choices"]) == [0, 1]
+
+
+def test_a_window_that_cannot_be_cut_back_is_not_copied(
+    models: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A model with a sliding-window layer: a copy of a slot could not be cut back to the
+    shared prefix and would be evaluated again, so prompts arriving together neither wait nor
+    copy, and answer as they do alone."""
+    pytest.importorskip("mlx_lm")
+    from tests.test_mlx_batching import _sliding_window
+
+    tmp = tmp_path_factory.mktemp("window")
+    model = _sliding_window(models, tmp / "model")
+    server = start(tmp, "-m", str(model), "--backend", "mlx", "-np", "2", "--cache-ram", "0")
+    try:
+        with server.http() as client:
+            prompts = [PREFIX + " Story five:", PREFIX + " Story six:"]
+            answer = client.post("/v1/completions", json=_body(prompts, 12)).json()
+            alone = [_complete(client, p, cache_prompt=False)[0] for p in prompts]
+    finally:
+        server.stop_soon()
+    assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    by_index = sorted(answer["choices"], key=lambda choice: choice["index"])
+    assert [choice["text"] for choice in by_index] == alone

@@ -2,10 +2,11 @@
 
 The prefix cache is per slot, so requests for the same long prompt that arrive together (an
 agent's system prompt, a batch over one document) would each evaluate it from the start: the
-slot that holds it is busy. Where the generator can copy a slot (`SharesPrefixes`, or by saving
-and loading its state), a new request whose prompt shares at least `MIN_GAIN` more tokens with
-a busy slot than with the free slot it got takes a copy of that slot instead, trimmed to the
-shared prefix when its slot opens. What the free slot held is kept in the prompt cache first,
+slot that holds it is busy. Where the generator copies slots and a copy can be cut back
+(`SharesPrefixes`: llama.cpp's sequences, MLX's plain KV caches through a saved state), a new
+request whose prompt shares at least `MIN_GAIN` more tokens with a busy slot than with the
+free slot it got takes a copy of that slot instead, trimmed to the shared prefix when its
+slot opens. What the free slot held is kept in the prompt cache first,
 as when a prompt replaces it.
 
 Requests that arrive while such a prompt is still being evaluated (a cold server's first
@@ -49,11 +50,8 @@ def reuse_prefix(
     if source >= 0 and longest >= shared + MIN_GAIN and _copies(generator):
         if cache is not None and isinstance(generator, SavesState):
             keep_slot_state(cache.ram, generator, slot, pool.slots[slot], shared)
-        if isinstance(generator, SharesPrefixes):
-            generator.copy_slot(source, slot)
-        else:
-            assert isinstance(generator, SavesState)
-            generator.load_state(slot, generator.save_state(source))
+        assert isinstance(generator, SharesPrefixes)
+        generator.copy_slot(source, slot)
         pool.copied(slot, source)
         shared = longest
     if cache is None or not isinstance(generator, SavesState):
@@ -88,9 +86,5 @@ def awaits_prefill(
 
 
 def _copies(generator: TextGenerator) -> bool:
-    """Whether the generator copies slots: its own way (`SharesPrefixes`), else through a saved
-    state (MLX: the copy is cut back to the prefix when the slot opens, or evaluated again
-    where its cache cannot drop tokens)."""
-    if isinstance(generator, SharesPrefixes):
-        return generator.shares_prefixes
-    return isinstance(generator, SavesState) and generator.can_save_state
+    """Whether the generator copies slots, and a copy saves evaluating its prefix."""
+    return isinstance(generator, SharesPrefixes) and generator.shares_prefixes

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import KVCache, QuantizedKVCache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.utils import load_model, load_tokenizer
 
 from mlxcel.backends.guidance import Constraint, constraint
@@ -117,6 +117,10 @@ class MlxGenerator:
             )
         unsaved = unsaveable(fresh)
         self._can_save_state = not unsaved
+        # A copy of a slot is cut back to the prefix a request shares; a window's or a
+        # recurrent state cannot be, and would be evaluated again: no copy saves anything.
+        plain = all(type(layer) in (KVCache, QuantizedKVCache) for layer in fresh)
+        self._shares_prefixes = self.can_save_state and plain and options.parallel > 1
         if unsaved:
             logger.warning(
                 "%s cannot be saved: no prompt cache in host memory or on disk (--cache-ram, "
@@ -269,6 +273,16 @@ class MlxGenerator:
     def save_state(self, slot: int) -> bytes:
         """The slot's KV state and the tokens it holds, as bytes."""
         return self._call(self._save_state, slot)
+
+    @property
+    def shares_prefixes(self) -> bool:
+        """Whether `copy_slot` is worth it: every layer's cache is plain KV, which a copy's
+        request cuts back to the prefix it shares."""
+        return self._shares_prefixes
+
+    def copy_slot(self, source: int, slot: int) -> None:
+        """Slot `slot` holds what `source` holds, through a saved state."""
+        self.load_state(slot, self.save_state(source))
 
     def _save_state(self, slot: int) -> bytes:
         state = self._slots[slot]

@@ -56,7 +56,7 @@ class TransformersVisionGenerator(MlxGenerator):
         self._model = self._call(QwenVisionModel, path, self._threads)
         self._read_vocabulary(path, options, self._model.config)
         self._generation_config = read_generation_config(path)
-        self._can_save_state = False
+        self._can_save_state = self._shares_prefixes = False
 
     @property
     def batched(self) -> bool:
