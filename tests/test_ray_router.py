@@ -83,3 +83,17 @@ async def _dead_replica() -> None:
     router.on_request_completed(home.replica_id, "internal-1")
     others = [r for r in replicas if r is not home]
     assert await _route(router, others, _request(2, prompt)) is others[0]
+
+
+def test_a_call_goes_to_the_least_busy_replica_first() -> None:
+    asyncio.run(_a_call())
+
+
+async def _a_call() -> None:
+    """Calls (tokenizing, scoring a prompt, which waits for a free slot) carry no route."""
+    router = _router(imbalance=4)
+    replicas = [SimpleNamespace(replica_id=ReplicaID(f"r{i}", DEPLOYMENT)) for i in range(2)]
+    busy = await _route(router, replicas, _request(0, list(range(8 * BLOCK_TOKENS))))
+    call = PendingRequest(args=[], kwargs={}, metadata=RequestMetadata("1", "internal-1"))
+    ranks = await router.choose_replicas(replicas, call)
+    assert ranks == [[r] for r in sorted(replicas, key=lambda r: r is busy)]

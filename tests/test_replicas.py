@@ -165,10 +165,12 @@ def test_greedy_output_is_the_same_whichever_replica_answers(round_robin: Server
     assert answers[0]["completion_probabilities"] == answers[1]["completion_probabilities"]
 
 
-def long_stream(server: ServerProcess, stack: ExitStack) -> Iterator[str]:
+def long_stream(
+    server: ServerProcess, stack: ExitStack, prompt: str = "Once upon a time"
+) -> Iterator[str]:
     """A streamed completion that runs until stopped: its SSE lines."""
     http = stack.enter_context(httpx.Client(base_url=server.root, timeout=120))
-    body = {"prompt": "Once upon a time", "max_tokens": 3000, "ignore_eos": True, "stream": True}
+    body = {"prompt": prompt, "max_tokens": 3000, "ignore_eos": True, "stream": True}
     response = stack.enter_context(http.stream("POST", "/v1/completions", json=body))
     assert response.status_code == 200
     return response.iter_lines()
@@ -269,3 +271,25 @@ def test_the_memory_budget_counts_every_replica(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert f"it takes about {2 * weights / (1 << 20):.0f} MiB loaded" in result.stderr
+
+
+def test_a_prompt_is_scored_on_the_replica_with_free_slots(replicated: ServerProcess) -> None:
+    """Both slots of the first replica decode (one long prompt: its prefix keeps them
+    together); an echo with logprobs, which needs a free slot, is scored on the other at once
+    (on the first, it would wait for one of the streams to end)."""
+    for attempt in range(8):
+        with ExitStack() as stack:
+            # A prefix no replica holds (the tests before sent the system prompts).
+            prompt = f"Scored beside {attempt}. {system_prompt(attempt % SYSTEMS)} Once upon a"
+            streams = [long_stream(replicated, stack, prompt) for _ in range(2)]
+            for lines in streams:
+                assert next(line for line in lines if line.startswith("data: "))
+            if [r["running"] for r in replicas(replicated)] != [2, 0]:
+                continue  # a new prefix goes to the emptier cache, then they take turns
+            with replicated.http() as http:
+                body = {"prompt": "The cat sat", "max_tokens": 0, "echo": True, "logprobs": 1}
+                scored = http.post("/v1/completions", json=body, timeout=30)
+            assert scored.status_code == 200, scored.text
+            assert [r["running"] for r in replicas(replicated)] == [2, 0]
+            return
+    pytest.fail("no prompt's streams ran together on the first replica")

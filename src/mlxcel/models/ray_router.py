@@ -5,8 +5,8 @@ which knows nothing of a replica's cache.
 Ray runs it in the process that holds the deployment handle (the HTTP process), on the
 handle's event loop. Each stream request carries its `RouteRequest` and what a replica's cache
 holds (`route` and `capacity`; the router adds its `decision`, which the replica says back);
-calls carry neither and go to any replica. Ray's replica ids are numbered for the router as
-they appear; a replica that dies frees its number and its believed cache.
+calls carry neither and go to the least busy replica first. Ray's replica ids are numbered
+for the router as they appear; a replica that dies frees its number and its believed cache.
 
 A replica's load is the requests Ray sent it that have not completed (Ray's `on_send_request`
 and `on_request_completed`, which come in that order, a refused request's too), not Ray's
@@ -64,7 +64,10 @@ class PrefixReplicaRouter(RequestRouter):
         """The replica the prefix policy picks first, then the others."""
         route = pending_request.kwargs.get("route") if pending_request is not None else None
         if not isinstance(route, RouteRequest) or pending_request is None:
-            return [candidate_replicas]
+            # A call (tokenizing, scoring a prompt, which waits for a free slot): the least
+            # busy first.
+            by_load = sorted(candidate_replicas, key=lambda r: self._ongoing.get(r.replica_id, 0))
+            return [[replica] for replica in by_load]
         router = self._prefix_router(int(pending_request.kwargs.get("capacity", 1 << 20)))
         numbered = {self._number(r.replica_id): r for r in candidate_replicas}
         numbered.pop(None, None)

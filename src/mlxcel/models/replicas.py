@@ -221,8 +221,9 @@ class ReplicaSet:
         return sum(known) if known else None
 
     def call(self, method: str, *args: Any) -> Any:
-        """A call to the model (tokenizing, say) on any serving replica."""
-        for replica in self.replicas:
+        """A call to the model (tokenizing, scoring a prompt) on the serving replica with the
+        fewest requests: a scoring waits for a free slot."""
+        for replica in sorted(self.replicas, key=lambda r: r.in_flight):
             worker = replica.worker
             if replica.state == "serving" and worker is not None:
                 try:
