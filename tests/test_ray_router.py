@@ -20,6 +20,8 @@ from mlxcel.engine.replica_router import BLOCK_TOKENS, RouteRequest
 from mlxcel.models.ray_router import PrefixReplicaRouter
 
 DEPLOYMENT = DeploymentID(name="model", app_name="mlxcel-test")
+REPLICAS = [SimpleNamespace(replica_id=ReplicaID(f"r{i}", DEPLOYMENT)) for i in range(2)]
+PROMPT = list(range(8 * BLOCK_TOKENS))
 
 
 def _router(imbalance: int) -> PrefixReplicaRouter:
@@ -47,8 +49,7 @@ def test_a_prefix_stays_on_its_replica_until_it_is_much_busier() -> None:
 async def _stays_until_much_busier() -> None:
     """Ray builds its router, and its requests, on the handle's event loop."""
     router = _router(imbalance=2)
-    replicas = [SimpleNamespace(replica_id=ReplicaID(f"r{i}", DEPLOYMENT)) for i in range(2)]
-    prompt = list(range(8 * BLOCK_TOKENS))
+    replicas, prompt = REPLICAS, PROMPT
     home = await _route(router, replicas, _request(0, prompt))
     # The same prefix goes home while it is at most 2 requests busier than the other ...
     assert [await _route(router, replicas, _request(n, prompt)) for n in (1, 2)] == [home, home]
@@ -73,8 +74,7 @@ def test_a_dead_replicas_load_is_forgotten() -> None:
 
 async def _dead_replica() -> None:
     router = _router(imbalance=1)
-    replicas = [SimpleNamespace(replica_id=ReplicaID(f"r{i}", DEPLOYMENT)) for i in range(2)]
-    prompt = list(range(8 * BLOCK_TOKENS))
+    replicas, prompt = REPLICAS, PROMPT
     home = await _route(router, replicas, _request(0, prompt))
     await _route(router, replicas, _request(1, prompt))
     router.on_replica_actor_died(home.replica_id)
@@ -92,8 +92,8 @@ def test_a_call_goes_to_the_least_busy_replica_first() -> None:
 async def _a_call() -> None:
     """Calls (tokenizing, scoring a prompt, which waits for a free slot) carry no route."""
     router = _router(imbalance=4)
-    replicas = [SimpleNamespace(replica_id=ReplicaID(f"r{i}", DEPLOYMENT)) for i in range(2)]
-    busy = await _route(router, replicas, _request(0, list(range(8 * BLOCK_TOKENS))))
+    replicas, prompt = REPLICAS, PROMPT
+    busy = await _route(router, replicas, _request(0, prompt))
     call = PendingRequest(args=[], kwargs={}, metadata=RequestMetadata("1", "internal-1"))
     ranks = await router.choose_replicas(replicas, call)
     assert ranks == [[r] for r in sorted(replicas, key=lambda r: r is busy)]

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from mlxcel.engine.types import SamplingParams
 
 # A float32 overflows past exp(88.7): the penalty's exponent is capped below that.
 _MAX_LOG_FLOAT32 = 88.7
+# Each request may bring its own DRY breakers; their token sets are cached, but not forever.
+_MAX_BREAKER_SETS = 16
 
 
 def _z_array(seq: Sequence[int]) -> list[int]:
@@ -57,3 +61,29 @@ class Dry:
             token: self.multiplier * self.base ** min(length - self.allowed_length, cap)
             for token, length in longest.items()
         }
+
+
+class DrySettings:
+    """Each request's `Dry` (None where its DRY is off), the token sets of its breakers cached
+    per set of strings; `tokens_containing`: the vocabulary's tokens holding any of them."""
+
+    def __init__(self, tokens_containing: Callable[[tuple[str, ...]], frozenset[int]]) -> None:
+        self._tokens_containing = tokens_containing
+        self._breakers: dict[tuple[str, ...], frozenset[int]] = {}
+
+    def for_request(self, params: SamplingParams, n_ctx_seq: int) -> Dry | None:
+        if params.dry_multiplier <= 0 or params.dry_penalty_last_n == 0:
+            return None
+        breakers = params.dry_sequence_breakers
+        if breakers not in self._breakers:
+            if len(self._breakers) >= _MAX_BREAKER_SETS:
+                self._breakers.clear()
+            self._breakers[breakers] = self._tokens_containing(breakers)
+        last_n = n_ctx_seq if params.dry_penalty_last_n < 0 else params.dry_penalty_last_n
+        return Dry(
+            params.dry_multiplier,
+            params.dry_base,
+            params.dry_allowed_length,
+            last_n,
+            self._breakers[breakers],
+        )

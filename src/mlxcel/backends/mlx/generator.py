@@ -17,7 +17,7 @@ from mlx_lm.utils import load_model, load_tokenizer
 from mlxcel.backends.guidance import Constraint, constraint
 from mlxcel.backends.mlx.batch import BatchedRows, DecodeRows, SingleRows, run, unbatchable
 from mlxcel.backends.mlx.config import config_value, read_generation_config
-from mlxcel.backends.mlx.dry import Dry
+from mlxcel.backends.mlx.dry import Dry, DrySettings
 from mlxcel.backends.mlx.kv_state import from_bytes, to_bytes, trimmable, unsaveable
 from mlxcel.backends.mlx.lora import MlxAdapters
 from mlxcel.backends.mlx.sampling import SlotSampler, sample_rows
@@ -29,9 +29,6 @@ from mlxcel.engine.types import ChatTemplate, Feed, Sample, SamplingParams
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-# Each request may bring its own DRY breakers; their token sets are cached, but not forever.
-_MAX_BREAKER_SETS = 16
 
 
 @dataclass(frozen=True)
@@ -76,7 +73,6 @@ class MlxGenerator:
     def __init__(self, path: Path, options: MlxOptions) -> None:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlx")
         self._slots: dict[int, Slot] = {}
-        self._breakers: dict[tuple[str, ...], frozenset[int]] = {}
         self._n_slots = options.parallel
         self._max_feed = options.batch_size
         try:
@@ -97,6 +93,7 @@ class MlxGenerator:
         whose config.json holds `config`."""
         eos = config_value(config, "eos_token_id")
         self._vocab = Vocabulary(load_tokenizer(path, eos_token_ids=eos))
+        self._dry = DrySettings(self._vocab.tokens_containing)
         self._n_vocab = int(config_value(config, "vocab_size") or self._vocab.size)
         n_ctx = options.ctx_size or config_value(config, "max_position_embeddings")
         if not n_ctx:
@@ -190,30 +187,13 @@ class MlxGenerator:
     def is_end_of_generation(self, token: int) -> bool:
         return token in self._vocab.end_of_generation
 
-    def _dry(self, params: SamplingParams) -> Dry | None:
-        if params.dry_multiplier <= 0 or params.dry_penalty_last_n == 0:
-            return None
-        breakers = params.dry_sequence_breakers
-        if breakers not in self._breakers:
-            if len(self._breakers) >= _MAX_BREAKER_SETS:
-                self._breakers.clear()
-            self._breakers[breakers] = self._vocab.tokens_containing(breakers)
-        last_n = self._n_ctx_seq if params.dry_penalty_last_n < 0 else params.dry_penalty_last_n
-        return Dry(
-            params.dry_multiplier,
-            params.dry_base,
-            params.dry_allowed_length,
-            last_n,
-            self._breakers[breakers],
-        )
-
     def _constraint(self, params: SamplingParams) -> Constraint | None:
         if params.json_schema is None and params.grammar is None:
             return None
         return constraint(params, self._vocab.grammar_tokenizer(), self._n_vocab)
 
     def open_slot(self, slot: int, params: SamplingParams, *, reuse: int = 0) -> None:
-        dry = self._dry(params)
+        dry = self._dry.for_request(params, self._n_ctx_seq)
         grammar = self._constraint(params)
         self._call(self._open, slot, params, dry, grammar, reuse)
 
