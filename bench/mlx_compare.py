@@ -1,14 +1,17 @@
 """mlxcel against mlx-lm's own server on the same MLX model, in one run.
 
-    python bench/mlx_compare.py [--model DIR] [--rounds 3] [--max-tokens 32]
+    python bench/mlx_compare.py [--model DIR] [--rounds 3] [--max-tokens 64]
 
 Builds (once, into bench/.cache) the tests' tiny random-weight Llama (tests/mlx_model.py)
-unless `--model` names a folder, then serves it in turn with `mlx_lm server` (8 sequences
-decoded together) and `mlxcel serve --backend mlx -np 8`, each at 1 and 8 clients
-(bench/serve.py's load, 2 requests a client), interleaved for `--rounds` with the first of each
-round alternating, and prints every round with the machine's load, then the medians' ratios:
-single-stream decode and 8-stream aggregate decode (from the median inter-token latency, since
-mlx-lm's server has no ignore_eos and a random model may stop early) and the median TTFT at 8.
+with its end-of-generation tokens' output rows zeroed, so a greedy pick never ends a request
+early (mlx-lm's server has no ignore_eos), unless `--model` names a folder. Then serves it in
+turn with `mlx_lm server` (8 sequences decoded together) and `mlxcel serve --backend mlx -np 8`,
+each at 1 and 8 clients (bench/serve.py's load, 2 requests a client), interleaved for `--rounds`
+with the first of each round alternating, and prints every round with the machine's load, then
+the medians' ratios: single-stream decode and 8-stream aggregate decode (from the median time
+per output token of a request after its first, which counts every pause a stream sees) and the
+median TTFT at 8. A round where a request stopped before max_tokens says so: its figures do not
+compare.
 MLX sizes its CPU threads itself and neither server takes a thread flag for it, so
 bench/compare.py's three ways of giving threads are one way here: each server's default.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import sys
@@ -25,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from models import CACHE_DIR
+from safetensors.numpy import load_file, save_file
 from serve import make_prompts, run_level, summarize
 from servers import _free_port, _start
 from tests.mlx_model import build_model
@@ -32,6 +37,17 @@ from tests.mlx_model import build_model
 SERVERS = ("mlx_lm server", "mlxcel")
 # mlx-lm's server loads the model its --model names under this name.
 MODEL_NAME = "default_model"
+
+
+def build_bench_model(target: Path) -> Path:
+    """The tests' tiny Llama in `target`, its end-of-generation tokens' logits always 0: below
+    the largest of the others, so greedy decoding runs to max_tokens on any server."""
+    build_model(target)
+    weights = load_file(target / "model.safetensors")
+    ends = json.loads((target / "generation_config.json").read_text())["eos_token_id"]
+    weights["lm_head.weight"][ends] = 0
+    save_file(weights, str(target / "model.safetensors"), {"format": "pt"})
+    return target
 
 
 def command(name: str, model: Path, port: int) -> list[str]:
@@ -44,8 +60,9 @@ def command(name: str, model: Path, port: int) -> list[str]:
     return [*line, "--log-level", "warning", "--port", str(port)]
 
 
-def measure(name: str, model: Path, args: argparse.Namespace) -> tuple[float, float, float]:
-    """Single-stream decode tok/s, 8-stream aggregate tok/s and median TTFT at 8 (ms)."""
+def measure(name: str, model: Path, args: argparse.Namespace) -> tuple[float, float, float, int]:
+    """Single-stream decode tok/s, 8-stream aggregate tok/s, median TTFT at 8 (ms) and how
+    many requests stopped early."""
     port = _free_port()
     process = _start(command(name, model, port), port, "/health")
     base = f"http://127.0.0.1:{port}/v1"
@@ -61,9 +78,10 @@ def measure(name: str, model: Path, args: argparse.Namespace) -> tuple[float, fl
         process.terminate()
         process.wait()
     return (
-        1000 / levels[1]["itl_median_ms"],
-        8 * 1000 / levels[8]["itl_median_ms"],
+        1000 / levels[1]["tpot_median_ms"],
+        8 * 1000 / levels[8]["tpot_median_ms"],
         levels[8]["ttft_median_ms"],
+        int(levels[1]["stopped_early"] + levels[8]["stopped_early"]),
     )
 
 
@@ -73,12 +91,12 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="an MLX folder (default: a tiny Llama)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--prompt-tokens", type=int, default=64)
-    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args()
-    model = args.model or CACHE_DIR / "mlx-tiny-llama"
+    model = args.model or CACHE_DIR / "mlx-tiny-llama-no-eos"
     if args.model is None and not (model / "model.safetensors").exists():
-        build_model(model)
-    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in SERVERS}
+        build_bench_model(model)
+    runs: dict[str, list[tuple[float, float, float, int]]] = {name: [] for name in SERVERS}
     for round_ in range(1, args.rounds + 1):
         order = SERVERS if round_ % 2 else SERVERS[::-1]
         for name in order:
@@ -87,7 +105,8 @@ def main() -> None:
             print(
                 f"round {round_} {name + ':':15} decode {figures[0]:.1f} tok/s at 1 stream, "
                 f"{figures[1]:.1f} aggregate at 8; median TTFT at 8 {figures[2]:.0f} ms; "
-                f"load {os.getloadavg()[0]:.1f}",
+                f"load {os.getloadavg()[0]:.1f}"
+                + (f"; {figures[3]} requests stopped early" if figures[3] else ""),
                 flush=True,
             )
     theirs, ours = (

@@ -121,6 +121,32 @@ def test_greedy_outputs_are_the_same_alone_and_batched(client: openai.OpenAI) ->
     assert together(client, requests[::-1]) == expected[::-1]
 
 
+def test_greedy_rows_picked_together_match_rows_picked_one_by_one(client: openai.OpenAI) -> None:
+    # Plain greedy rows that ban the same ids take their tokens in one argmax; asking for
+    # logprobs sends a row through its own sampler chain. Each pair must agree token for token,
+    # on a prompt whose greedy answer ends by itself: with the end token banned and without.
+    free = {"temperature": 0}
+    candidates = ("a b c", "Paris", "Hello", "Name a city.", "The")
+    ending = [p for p in candidates if chat(p, 150, **free)(client)[1] == "stop"]
+    assert ending, "no prompt's greedy answer ends within 150 tokens"
+
+    def answer(**kwargs: Any) -> Request:
+        return lambda client: chat(ending[0], 150, **kwargs)(client)[:2]
+
+    requests = [
+        answer(**GREEDY),
+        answer(logprobs=True, **GREEDY),
+        answer(**free),
+        answer(logprobs=True, **free),
+    ]
+    answers = together(client, requests)
+    assert answers[0] == answers[1]
+    assert answers[0][1] == "length"
+    assert answers[2] == answers[3]
+    assert answers[2][1] == "stop"
+    assert alone(client, requests) == answers
+
+
 def test_seeded_sampling_is_the_same_alone_and_batched(client: openai.OpenAI) -> None:
     hot = {"temperature": 1.0, "extra_body": {"top_k": 0, "ignore_eos": True}}
     requests = [
