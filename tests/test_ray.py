@@ -32,6 +32,13 @@ pytestmark = pytest.mark.slow
 
 SYSTEMS = 3
 REPEATS = 3
+# Counted by the replicas' engines (the first two) and per replica by the HTTP process.
+SERIES = (
+    "mlxcel_prompt_tokens_total",
+    "mlxcel_generation_tokens_total",
+    "mlxcel_replica_prompt_tokens_total",
+    "mlxcel_replica_cached_tokens_total",
+)
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +146,8 @@ def test_greedy_output_through_ray_equals_local(on_ray: ServerProcess, server: A
 
 def test_repeated_prefix_returns_to_its_replica(on_ray: ServerProcess) -> None:
     hits = repeats = 0
+    before = {name: on_ray.metric(name) for name in SERIES}
+    sent = dict.fromkeys(SERIES, 0)
     for round_ in range(REPEATS):
         for index in range(SYSTEMS):
             messages = [
@@ -148,9 +157,13 @@ def test_repeated_prefix_returns_to_its_replica(on_ray: ServerProcess) -> None:
             response = chat(on_ray, messages, max_tokens=1)
             assert response.status_code == 200, response.text
             usage = response.json()["usage"]
+            sent["mlxcel_prompt_tokens_total"] += usage["prompt_tokens"]
+            sent["mlxcel_generation_tokens_total"] += usage["completion_tokens"]
+            sent["mlxcel_replica_prompt_tokens_total"] += usage["prompt_tokens"]
+            cached = usage["prompt_tokens_details"]["cached_tokens"]
+            sent["mlxcel_replica_cached_tokens_total"] += cached
             if round_ > 0:
                 repeats += 1
-                cached = usage["prompt_tokens_details"]["cached_tokens"]
                 hits += cached >= usage["prompt_tokens"] // 2
     assert hits >= 0.9 * repeats, (hits, repeats)
     # New prompts spread: both replicas answered, one on each node (one CPU each).
@@ -159,6 +172,12 @@ def test_repeated_prefix_returns_to_its_replica(on_ray: ServerProcess) -> None:
     assert {r["node"] for r in listed} == {HEAD, NODE}
     prefix = on_ray.metric("mlxcel_replica_routed_total", decision="prefix")
     assert prefix >= 0.9 * repeats
+    # The replicas' engines counted what their requests carried, in the server's /metrics
+    # (each request's series by the replica that served it).
+    assert {name: on_ray.metric(name) - before[name] for name in SERIES} == sent
+    for replica in listed:
+        assert on_ray.metric("mlxcel_replica_up", replica=replica["replica"]) == 1
+        assert on_ray.metric("mlxcel_replica_prompt_tokens_total", replica=replica["replica"]) > 0
 
 
 def test_killed_replica_fails_its_stream_and_ray_replaces_it(on_ray: ServerProcess) -> None:

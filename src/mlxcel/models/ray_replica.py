@@ -20,7 +20,8 @@ import ray
 from ray import serve
 
 from mlxcel.engine.handle import call_on_loop, ends
-from mlxcel.engine.metrics import RecordsMetrics
+from mlxcel.engine.metrics import RECORDED, RecordsMetrics
+from mlxcel.models.ray_series import Record
 from mlxcel.models.remote import Worker, WorkerGone
 from mlxcel.wire.messages import Setup
 
@@ -31,11 +32,28 @@ EXIT_DELAY_S = 1.0
 Item = tuple[int, Any, BaseException | None]
 
 
-class _Unrecorded:
-    """The worker's metric calls, which stay in the replica (Ray has its own metrics)."""
+class _Records:
+    """The worker's metric calls, held until a stream of this replica takes them to the HTTP
+    process, which applies them to the model's Prometheus series as for a local worker."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: list[Record] = []
 
     def __getattr__(self, name: str) -> Callable[..., None]:
-        return lambda *args: None
+        if name not in RECORDED:
+            raise AttributeError(name)
+        return lambda *args: self._hold((name, args))
+
+    def _hold(self, record: Record) -> None:
+        with self._lock:
+            self._held.append(record)
+
+    def take(self) -> list[Record]:
+        """The calls held since the last take, in order."""
+        with self._lock:
+            held, self._held = self._held, []
+        return held
 
 
 class _Relay:
@@ -56,8 +74,9 @@ class ModelReplica:
 
     def __init__(self, setup: Setup) -> None:
         self._gone: str | None = None
+        self._records = _Records()
         self._worker, self._facts = Worker.start(
-            setup.config, setup, cast(RecordsMetrics, _Unrecorded()), self._on_exit
+            setup.config, setup, cast(RecordsMetrics, self._records), self._on_exit
         )
 
     def _on_exit(self, worker: Worker, reason: str) -> None:
@@ -88,7 +107,9 @@ class ModelReplica:
         self, method: str, args: tuple[Any, ...], count: int, **routing: Any
     ) -> AsyncIterator[Any]:
         """Start `count` sequences on the worker and yield their items, first which replica
-        this is; `routing` is the router's (`models/ray_router.py`). Cancelled, it cancels
+        this is; `routing` is the router's (`models/ray_router.py`). Before an item, a list of
+        the metric calls the worker made since the last stream took them (a turn's calls come
+        before its tokens, so a request's last item follows its own). Cancelled, it cancels
         them."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Item] = asyncio.Queue()
@@ -106,6 +127,9 @@ class ModelReplica:
                 index, item, error = await queue.get()
                 if error is not None or ends(item):
                     open_.discard(index)
+                records = self._records.take()
+                if records:
+                    yield records
                 yield (index, item, error)
         finally:
             for index in open_:

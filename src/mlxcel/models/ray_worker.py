@@ -30,6 +30,7 @@ from mlxcel.engine.types import EngineError, TokenEvent
 from mlxcel.models import ray_link
 from mlxcel.models.loaded import LoadedModel, served_model
 from mlxcel.models.ray_deploy import app_name, deploy, replica_setup
+from mlxcel.models.ray_series import RaySeries
 from mlxcel.models.remote import Receiver, Worker, WorkerGone
 from mlxcel.models.replicas import cache_tokens
 from mlxcel.models.textgen import RemoteEngine, RemoteHandle
@@ -61,7 +62,7 @@ class RayWorker(Worker):
         self.queue_size = config.queue_size
         self._app = app
         self._handle = handle
-        self._engine_metrics = metrics
+        self.series = RaySeries(metrics, config.served_name)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._open: dict[int, _Streams] = {}
@@ -104,8 +105,9 @@ class RayWorker(Worker):
         with self._lock:
             self._lost = why
             every = {id(s): s for s in self._open.values()}
-            for known in self.replicas.values():
+            for replica, known in self.replicas.items():
                 known.update(state="failed", reason=why, running=0)
+                self.series.show(replica, False, 0)
             calls = list(self._ray_calls)
         for call in calls:
             with contextlib.suppress(Exception):
@@ -127,6 +129,8 @@ class RayWorker(Worker):
         replicas."""
         with self._lock:
             self._handle, self._lost = handle, None
+            for replica in self.replicas:
+                self.series.forget(replica)
             self.replicas.clear()
 
     def call(self, method: str, *args: Any) -> Any:
@@ -188,6 +192,9 @@ class RayWorker(Worker):
                 if isinstance(item, dict):
                     self._answered(streams, item)
                     continue
+                if isinstance(item, list):
+                    self.series.record(item)
+                    continue
                 index, value, error = item
                 receiver = self._take(ids[index], streams, ends=error is not None)
                 if receiver is None:
@@ -199,6 +206,8 @@ class RayWorker(Worker):
                     receiver.deliver(value)
                     if value.finish_reason is not None or value.error is not None:
                         self._take(ids[index], streams, ends=True)
+                        if streams.replica is not None:
+                            self.series.ended(streams.replica, value)
         except Exception as exc:
             if len(streams.cancelled) < len(ids):
                 self._fail(streams, self._failure(exc), failed=True)
@@ -218,22 +227,25 @@ class RayWorker(Worker):
         streams.replica = replica["replica"]
         decision = replica.pop("decision", None)
         if decision is not None:
-            self._engine_metrics.replicas.decided(self.name, decision)
+            self.series.decided(decision)
         with self._lock:
             if replica["replica"] not in self.replicas:
                 # A new replica: those that failed have been replaced.
                 for key in [k for k, r in self.replicas.items() if r["state"] == "failed"]:
                     del self.replicas[key]
+                    self.series.forget(key)
             known = self.replicas.setdefault(replica["replica"], {"running": 0})
             known.update(replica, state="serving")
             known.pop("reason", None)
             known["running"] += 1
+            self.series.show(replica["replica"], True, known["running"])
 
     def _done(self, streams: _Streams) -> None:
         if streams.replica is not None:
             with self._lock:
                 known = self.replicas[streams.replica]
                 known["running"] = max(0, known["running"] - 1)
+                self.series.show(streams.replica, known["state"] == "serving", known["running"])
 
     def _take(self, stream_id: int, streams: _Streams, ends: bool) -> Receiver | None:
         with self._lock:
@@ -262,6 +274,7 @@ class RayWorker(Worker):
             known = self.replicas.get(streams.replica or "")
             if isinstance(error, WorkerGone) and known is not None:
                 known.update(state="failed", reason=str(error))
+                self.series.show(known["replica"], False, known["running"])
 
     def _failure(self, exc: Exception) -> Exception:
         """What a request gets for Ray's error: the model's own error as it raised it, or
@@ -356,6 +369,7 @@ def ray_model(
     handle, facts = deploy(config, setup, start_timeout)
     worker = RayWorker(config, app_name(config), handle, metrics)
     worker.capacity = cache_tokens(config, facts)
+    worker.series.slots = facts.n_slots
     model = served_model(config, worker, facts)
     model.scheduler = RayEngine(worker, facts.n_slots)
     ray_link.watch(worker, lambda: deploy(config, setup, start_timeout)[0])
