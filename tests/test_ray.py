@@ -318,3 +318,18 @@ def test_unreachable_cluster_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert done.stderr.strip().splitlines() == [
         f"mlxcel: the Ray cluster at 127.0.0.1:{port} cannot be reached: Connection refused"
     ]
+
+
+def test_a_ray_client_address_is_refused_in_one_line(tmp_path: Path) -> None:
+    # Refused before anything is reached: Serve cannot stream over Ray Client.
+    done = subprocess.run(
+        [MLXCEL, "serve", "--replicas", "2", "--ray", "ray://127.0.0.1:10001", "--port", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("mlxcel: ray://127.0.0.1:10001 is a Ray Client address"), line
+    assert "GCS address" in line

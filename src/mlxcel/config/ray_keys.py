@@ -66,6 +66,6 @@ def section(value: Any) -> dict[str, Any]:
             settings["ray_start_timeout"] = float(timeout)
         value = value["address"]
     if not isinstance(value, str) or not value.strip():
-        raise ValueError("ray's address must be host:port, ray://host:port or auto")
+        raise ValueError("ray's address must be host:port or auto")
     settings["ray_address"] = value.strip()
     return settings

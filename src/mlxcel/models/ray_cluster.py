@@ -34,9 +34,16 @@ class RayUnreachable(Exception):
 
 
 def connect(address: str, start_timeout: float = DEFAULT_START_TIMEOUT) -> None:
-    """Join the cluster at `address` (host:port, ray://host:port or auto) as a driver and
-    start Ray Serve there without its HTTP proxy (this server is the ingress), then watch it
+    """Join the cluster at `address` (host:port of its GCS, or auto) as a driver and start
+    Ray Serve there without its HTTP proxy (this server is the ingress), then watch it
     (`models/ray_link.py`); a model's replicas must serve within `start_timeout` seconds."""
+    if address.startswith("ray://"):
+        # Joined through Ray Client, every streamed request would fail with Serve's "Streaming
+        # DeploymentHandles are not currently supported ... using Ray Client" (tried here).
+        raise RayUnreachable(
+            f"{address} is a Ray Client address, over which Ray Serve cannot stream: give "
+            "the cluster's GCS address (head:6379), from a machine on the cluster's network"
+        )
     _reachable(address)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # Ray ends a driver that cannot reach the cluster for a minute; this server stays up
@@ -66,7 +73,7 @@ def _reachable(address: str) -> None:
     it for minutes)."""
     if address == "auto":
         return
-    host, _, port = address.removeprefix("ray://").rpartition(":")
+    host, _, port = address.rpartition(":")
     try:
         socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), PROBE_S).close()
     except (OSError, ValueError) as exc:

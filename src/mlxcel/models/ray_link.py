@@ -10,9 +10,6 @@ long as the server runs. Once the cluster answers, the driver leaves the lost on
 Serve and deploys each model again, and the models serve from their new replicas; nothing in
 the HTTP process restarts. A head that comes back with the same cluster (GCS fault
 tolerance) needs none of this: Ray's own driver reconnects.
-
-A `ray://` (Ray Client) address is joined but not watched: its GCS is not reachable from
-here.
 """
 
 from __future__ import annotations
@@ -103,8 +100,6 @@ class Link:
 
     def start(self) -> None:
         """Note the cluster joined and watch it (a daemon thread)."""
-        if self.address.startswith("ray://"):
-            return
         self._gcs = ray.get_runtime_context().gcs_address
         self._cluster = _cluster_id(self._gcs)
         threading.Thread(target=self._run, name="ray-link", daemon=True).start()
