@@ -27,8 +27,8 @@ from mlxcel.wire.messages import Setup
 
 # Seconds a replica whose worker died lives on, for the errors of its streams to be sent.
 EXIT_DELAY_S = 1.0
-# What a stream yields: (sequence index, item) for an item, (sequence index, None, error)
-# for a sequence that failed; a sequence ends with its `last` item or its error.
+# What a sequence's relay queues: (sequence index, item, None) for an item, (sequence index,
+# None, error) for a sequence that failed; a sequence ends with its `last` item or its error.
 Item = tuple[int, Any, BaseException | None]
 
 
@@ -106,11 +106,10 @@ class ModelReplica:
     async def stream(
         self, method: str, args: tuple[Any, ...], count: int, **routing: Any
     ) -> AsyncIterator[Any]:
-        """Start `count` sequences on the worker and yield their items, first which replica
-        this is; `routing` is the router's (`models/ray_router.py`). Before an item, a list of
-        the metric calls the worker made since the last stream took them (a turn's calls come
-        before its tokens, so a request's last item follows its own). Cancelled, it cancels
-        them."""
+        """Start `count` sequences on the worker and yield first which replica this is, then
+        each queued `Item` with the metric calls the worker made since a stream last took them
+        (a turn's calls come before its tokens, so a request's last item carries its own);
+        `routing` is the router's (`models/ray_router.py`). Cancelled, it cancels them."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Item] = asyncio.Queue()
         relays = [_Relay(i, loop, queue) for i in range(count)]
@@ -119,7 +118,7 @@ class ModelReplica:
             ids = self._worker.stream(method, args, relays)
         except WorkerGone as exc:
             for i in range(count):
-                yield (i, None, exc)
+                yield (i, None, exc, self._records.take())
             return
         open_ = set(range(count))
         try:
@@ -127,10 +126,7 @@ class ModelReplica:
                 index, item, error = await queue.get()
                 if error is not None or ends(item):
                     open_.discard(index)
-                records = self._records.take()
-                if records:
-                    yield records
-                yield (index, item, error)
+                yield (index, item, error, self._records.take())
         finally:
             for index in open_:
                 self._worker.cancel(ids[index])

@@ -192,10 +192,8 @@ class RayWorker(Worker):
                 if isinstance(item, dict):
                     self._answered(streams, item)
                     continue
-                if isinstance(item, list):
-                    self.series.record(item)
-                    continue
-                index, value, error = item
+                index, value, error, records = item
+                self.series.record(records)
                 receiver = self._take(ids[index], streams, ends=error is not None)
                 if receiver is None:
                     continue
