@@ -201,11 +201,13 @@ class RayWorker(Worker):
                     self._replica_failed(streams, error)
                     receiver.fail(error)
                 else:
+                    last = value.finish_reason is not None or value.error is not None
+                    if last and streams.replica is not None:
+                        # Counted before the client can see the end.
+                        self.series.ended(streams.replica, value)
                     receiver.deliver(value)
-                    if value.finish_reason is not None or value.error is not None:
+                    if last:
                         self._take(ids[index], streams, ends=True)
-                        if streams.replica is not None:
-                            self.series.ended(streams.replica, value)
         except Exception as exc:
             if len(streams.cancelled) < len(ids):
                 self._fail(streams, self._failure(exc), failed=True)
