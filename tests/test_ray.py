@@ -32,6 +32,8 @@ pytestmark = pytest.mark.slow
 
 SYSTEMS = 3
 REPEATS = 3
+# The model's gauges of sequences running and waiting.
+GAUGES = ("running", "waiting")
 # Counted by the replicas' engines (the first two) and per replica by the HTTP process.
 SERIES = (
     "mlxcel_prompt_tokens_total",
@@ -231,6 +233,11 @@ def test_the_model_queue_counts_every_ray_replica(ray_address: str, tmp_path: Pa
                 assert time.monotonic() < deadline, "the stream did not reach a replica"
                 time.sleep(0.1)
         assert all(r["running"] for r in replicas(server))
+        # The model's gauges add up what each replica's worker reports along its stream.
+        deadline = time.monotonic() + 30
+        while (load := [server.metric(f"mlxcel_requests_{s}") for s in GAUGES]) != [2, 1]:
+            assert time.monotonic() < deadline, load
+            time.sleep(0.2)
         with server.http() as http:
             refused = http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1})
         assert refused.status_code == 503, refused.text

@@ -182,6 +182,8 @@ def test_the_model_queue_counts_every_replica(round_robin: ServerProcess) -> Non
         for lines in streams:
             assert next(line for line in lines if line.startswith("data: "))
         assert [r["running"] for r in replicas(round_robin)] == [2, 2]
+        # The model's gauge adds up its replicas' (each replica's worker reports its own).
+        assert round_robin.metric("mlxcel_requests_running") == 4
         with round_robin.http() as http:
             refused = http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 1})
         assert refused.status_code == 503

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -230,6 +231,10 @@ class ModelMetrics:
         self._longest, self._n_longest = f["longest"].labels(model), 0
         self._n_steps = 0
         self._n_sequences = 0
+        # Each part's gauges (sequences running and waiting, prompt-cache bytes), whose sums
+        # the model's gauges show: the worker processes of a replicated model.
+        self._parts: dict[int, tuple[int, int, int]] = {}
+        self._parts_lock = threading.Lock()
         self._lookups = 0
         self._cache_hits = 0
         self._draft_tokens = 0
@@ -304,6 +309,19 @@ class ModelMetrics:
         self._running.set(running)
         self._waiting.set(waiting)
 
+    def part(self) -> MetricsPart:
+        """What one of several worker processes of the model records: its counters go to the
+        model's, its gauges add up with the other parts'."""
+        return MetricsPart(self)
+
+    def part_gauges(self, part: object, running: int, waiting: int, cache_bytes: int) -> None:
+        """A part's gauges now; the model's show every part's sum."""
+        with self._parts_lock:
+            self._parts[id(part)] = (running, waiting, cache_bytes)
+            sums = [sum(values) for values in zip(*self._parts.values(), strict=True)]
+        self.load(sums[0], sums[1])
+        self.cache_size(sums[2])
+
     def engine_gone(self) -> None:
         """The process that recorded the gauges ended without a last word (killed, crashed):
         nothing of it runs, waits or is cached any more, though it never said so."""
@@ -317,3 +335,29 @@ class ModelMetrics:
     def finished(self, reason: str) -> None:
         """A request ended (stop, length, cancelled, error)."""
         self._finished.labels(self._model, reason).inc()
+
+
+class MetricsPart:
+    """One of several worker processes of a model (a replica), recording into the model's
+    series: its counters and histograms as they come, its gauges as its share of the model's
+    (a replica's `load` would otherwise replace the other replicas')."""
+
+    def __init__(self, whole: ModelMetrics) -> None:
+        self._whole = whole
+        self._running = self._waiting = self._cache_bytes = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._whole, name)
+
+    def load(self, running: int, waiting: int) -> None:
+        self._running, self._waiting = running, waiting
+        self._whole.part_gauges(self, running, waiting, self._cache_bytes)
+
+    def cache_size(self, total_bytes: int) -> None:
+        self._cache_bytes = total_bytes
+        self._whole.part_gauges(self, self._running, self._waiting, total_bytes)
+
+    def engine_gone(self) -> None:
+        """The part's process ended: nothing of it runs, waits or is cached any more."""
+        self._running = self._waiting = self._cache_bytes = 0
+        self._whole.part_gauges(self, 0, 0, 0)

@@ -10,9 +10,10 @@ sequences it streams, the prompt tokens of those that ended and how many came fr
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any
 
-from mlxcel.engine.metrics import RECORDED, EngineMetrics
+from mlxcel.engine.metrics import RECORDED, EngineMetrics, MetricsPart
 from mlxcel.engine.replica_router import Decision
 from mlxcel.engine.types import TokenEvent
 
@@ -27,14 +28,21 @@ class RaySeries:
         self._name = model
         self._model = metrics.bind(model)
         self._replicas = metrics.replicas
+        self._parts: dict[str, MetricsPart] = {}
+        self._lock = threading.Lock()
         self.slots = 1
         """Each replica's slots (set once the model's facts are known)."""
 
-    def record(self, records: list[Record]) -> None:
-        """A replica's metric calls, applied to the model's series as a local worker's."""
+    def record(self, replica: str, records: list[Record]) -> None:
+        """A replica's metric calls, applied to the model's series as a local replica's (its
+        gauges as its share of the model's)."""
+        with self._lock:  # each request's stream has a thread of its own
+            part = self._parts.get(replica)
+            if part is None:
+                part = self._parts[replica] = self._model.part()
         for method, args in records:
             if method in RECORDED:
-                getattr(self._model, method)(*args)
+                getattr(part, method)(*args)
 
     def decided(self, decision: Decision) -> None:
         """The router's decision for one request."""
@@ -55,7 +63,12 @@ class RaySeries:
         self._replicas.queued.labels(*label).set(max(0, running - self.slots))
 
     def forget(self, replica: str) -> None:
-        """A replica Ray replaced, or one of a lost cluster: its series go."""
+        """A replica Ray replaced, or one of a lost cluster: its series go, and its share of
+        the model's gauges."""
+        with self._lock:
+            part = self._parts.pop(replica, None)
+        if part is not None:
+            part.engine_gone()
         r = self._replicas
         for family in (r.up, r.running, r.queued, r.prompt, r.cached):
             with contextlib.suppress(KeyError):

@@ -193,7 +193,8 @@ class RayWorker(Worker):
                     self._answered(streams, item)
                     continue
                 index, value, error, records = item
-                self.series.record(records)
+                if streams.replica is not None:
+                    self.series.record(streams.replica, records)
                 receiver = self._take(ids[index], streams, ends=error is not None)
                 if receiver is None:
                     continue

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from mlxcel.config.cores import default_threads, usable_cores
 from mlxcel.config.settings import ModelConfig
 from mlxcel.engine.handle import RequestHandle
-from mlxcel.engine.metrics import EngineMetrics
+from mlxcel.engine.metrics import EngineMetrics, MetricsPart, RecordsMetrics
 from mlxcel.engine.replica_router import (
     NoReplica,
     Policy,
@@ -46,7 +46,9 @@ logger = logging.getLogger(__name__)
 RESTARTS_PER_WINDOW = 3
 RESTART_WINDOW_S = 60.0
 ReplicaState = Literal["starting", "serving", "failed", "stopped"]
-StartWorker = Callable[[ModelConfig, Callable[[Worker, str], None]], tuple[Worker, TextFacts]]
+StartWorker = Callable[
+    [ModelConfig, RecordsMetrics, Callable[[Worker, str], None]], tuple[Worker, TextFacts]
+]
 
 
 def replica_threads(config: ModelConfig) -> int:
@@ -70,6 +72,8 @@ class Replica:
     """Sequences sent to it and not ended (on the event loop)."""
     restarts: int = 0
     failures: deque[float] = field(default_factory=deque)
+    metrics: MetricsPart | None = None
+    """Its share of the model's series (its worker's metric calls)."""
 
     def restart_wait(self, now: float) -> float:
         """Seconds until it may start again (0: now), at the bounded restart rate."""
@@ -96,6 +100,7 @@ class ReplicaSet:
         self.config = config
         self._start = start
         self._metrics = metrics.replicas
+        self._model_metrics = metrics.bind(config.served_name)
         self.replicas = [Replica(i) for i in range(config.replicas)]
         self.facts: TextFacts | None = None
         self.router: PrefixRouter | None = None
@@ -135,13 +140,14 @@ class ReplicaSet:
         def on_exit(worker: Worker, reason: str) -> None:
             self._died(replica, worker, reason)
 
-        worker, facts = self._start(self.config, on_exit)
+        part = self._model_metrics.part()
+        worker, facts = self._start(self.config, part, on_exit)
         with self._lock:
             if self._closing:
                 worker.stop()
                 raise WorkerGone(f"the model '{self.name}' is being unloaded")
             replica.worker, replica.engine = worker, RemoteEngine(worker)
-            replica.state, replica.reason = "serving", None
+            replica.state, replica.reason, replica.metrics = "serving", None, part
         self._metrics.up.labels(self.name, str(replica.index)).set(1)
         logger.info("replica %d of '%s' serves (pid %d)", replica.index, self.name, worker.pid)
         return facts
@@ -155,6 +161,8 @@ class ReplicaSet:
             replica.state, replica.reason, replica.engine = "failed", reason, None
             replica.failures.append(time.monotonic())
         self._metrics.up.labels(self.name, str(replica.index)).set(0)
+        if replica.metrics is not None:
+            replica.metrics.engine_gone()
         logger.error("replica %d of '%s' failed: %s", replica.index, self.name, reason)
         if self.router is not None:
             # Its caches died with it (a closed loop: the server is ending anyway).
@@ -347,12 +355,11 @@ def start_replicas(
     thread; raises the first replica's load failure)."""
     config = replace(config, threads=replica_threads(config))
     setup = replace(setup, config=config)
-    bound = metrics.bind(config.served_name)
 
     def start(
-        config: ModelConfig, on_exit: Callable[[Worker, str], None]
+        config: ModelConfig, recorded: RecordsMetrics, on_exit: Callable[[Worker, str], None]
     ) -> tuple[Worker, TextFacts]:
-        worker, facts = Worker.start(config, setup, bound, on_exit, heartbeat_timeout)
+        worker, facts = Worker.start(config, setup, recorded, on_exit, heartbeat_timeout)
         return worker, facts
 
     replicas = ReplicaSet(config, start, metrics, loop)
