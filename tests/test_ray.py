@@ -194,6 +194,11 @@ def test_killed_replica_fails_its_stream_and_ray_replaces_it(on_ray: ServerProce
     assert not reader.is_alive(), "the stream hangs"
     assert lines[-1] == "data: [DONE]"
     assert '"model_unavailable"' in lines[-2] and "SIGKILL" in lines[-2]
+    # The dead replica's share of the model's gauges goes with it (the other runs nothing).
+    deadline = time.monotonic() + 10
+    while on_ray.metric("mlxcel_requests_running") != 0:
+        assert time.monotonic() < deadline, "the dead replica's stream still counts"
+        time.sleep(0.1)
     # Ray starts another replica, which new prompts reach (the emptiest cache); meanwhile a
     # request may get 503, never hang.
     before = {r["pid"] for r in replicas(on_ray)}

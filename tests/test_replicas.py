@@ -212,6 +212,11 @@ def test_a_killed_replica_fails_its_stream_alone_and_restarts(replicated: Server
     assert rest[-1] == "data: [DONE]"
     error = json.loads(rest[-2].removeprefix("data: "))["error"]
     assert error["code"] == "model_unavailable" and "killed by SIGKILL" in error["message"]
+    # The dead replica's share of the model's gauges goes with it (the other runs nothing).
+    deadline = time.monotonic() + 10
+    while replicated.metric("mlxcel_requests_running") != 0:
+        assert time.monotonic() < deadline, "the dead replica's stream still counts"
+        time.sleep(0.1)
     # The other replica serves at once; the model stays loaded.
     answer = chat(replicated, "You are terse.", "Still there?")
     assert answer["choices"][0]["finish_reason"] in ("length", "stop")

@@ -56,7 +56,13 @@ class RaySeries:
             self._replicas.cached.labels(*label).inc(event.cached_tokens)
 
     def show(self, replica: str, serving: bool, running: int) -> None:
-        """Whether the replica serves, and the sequences it runs and queues."""
+        """Whether the replica serves, and the sequences it runs and queues; one that does not
+        serve (failed, or its cluster lost) has no share of the model's gauges any more."""
+        if not serving:
+            with self._lock:
+                part = self._parts.get(replica)
+            if part is not None:
+                part.engine_gone()
         label = (self._name, replica)
         self._replicas.up.labels(*label).set(1 if serving else 0)
         self._replicas.running.labels(*label).set(min(running, self.slots))

@@ -24,6 +24,7 @@ from typing import Any
 from ray import serve
 
 from mlxcel.config.settings import ModelConfig
+from mlxcel.engine.handle import ends
 from mlxcel.engine.metrics import EngineMetrics
 from mlxcel.engine.replica_router import RouteRequest, check_room
 from mlxcel.engine.types import EngineError, TokenEvent
@@ -202,7 +203,7 @@ class RayWorker(Worker):
                     self._replica_failed(streams, error)
                     receiver.fail(error)
                 else:
-                    last = value.finish_reason is not None or value.error is not None
+                    last = ends(value)
                     if last and streams.replica is not None:
                         # Counted before the client can see the end.
                         self.series.ended(streams.replica, value)
