@@ -34,6 +34,18 @@ def test_cache_keeps_the_longest_and_evicts_the_oldest() -> None:
     assert unlimited.total_bytes == 1000
 
 
+def test_a_newer_state_that_covers_most_of_a_kept_one_replaces_it() -> None:
+    cache = PromptCache(max_bytes=-1)
+    system = list(range(100))
+    cache.put([*system, 1, 2, 3], b"first question")
+    cache.put([*system, 4, 5, 6], b"second question")  # shares 100 of the first's 103 tokens
+    assert len(cache) == 1
+    entry, shared = cache.best([*system, 1, 2, 3])
+    assert entry is not None and entry.data == b"second question" and shared == 100
+    cache.put([*system[:50], 7], b"other")  # shares 50 of 103: both kept
+    assert len(cache) == 2 and cache.total_bytes == len(b"second question") + len(b"other")
+
+
 @pytest.fixture(scope="module")
 def cached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     yield from serving(tmp_path_factory, "cache", "--cache-ram", "64")
@@ -44,12 +56,13 @@ def uncached(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess
     yield from serving(tmp_path_factory, "no-cache", "--cache-ram", "0")
 
 
-def _ask(server: ServerProcess, topic: str) -> tuple[str, int, int]:
-    """(answer, prompt tokens, cached tokens) for a long prompt about `topic`, greedily."""
+def _ask(server: ServerProcess, topic: str, question: str = "") -> tuple[str, int, int]:
+    """(answer, prompt tokens, cached tokens) for a long prompt about `topic` (and the user's
+    `question`, by default "Tell me about" it), greedily."""
     client = server.openai()
     messages: list[Any] = [
         {"role": "system", "content": f"You are an expert on {topic}. " * 30},
-        {"role": "user", "content": f"Tell me about {topic}."},
+        {"role": "user", "content": question or f"Tell me about {topic}."},
     ]
     answer = client.chat.completions.create(
         model="default", messages=messages, max_tokens=12, temperature=0
@@ -70,6 +83,21 @@ def test_a_conversation_evicted_from_the_slot_comes_back_from_ram(cached: Server
     assert first_cached == 0 and cached_tokens >= prompt_tokens - 1
     assert again == moon  # the restored state gives the same greedy answer
     assert cached.metric("mlxcel_prompt_cache_ram_loads_total") >= 1
+
+
+@pytest.mark.slow
+def test_questions_on_one_system_prompt_keep_one_copy_of_it(cached: ServerProcess) -> None:
+    """Two requests on one long system prompt with their own questions leave one saved state
+    of that prompt in RAM, not two, and a third question still finds it."""
+    _, prompt_tokens, _ = _ask(cached, "glaciers", "How do they form?")
+    before = cached.metric("mlxcel_prompt_cache_ram_bytes")
+    _ask(cached, "glaciers", "Where are they found?")  # the first question's state is saved
+    one = cached.metric("mlxcel_prompt_cache_ram_bytes") - before
+    _ask(cached, "deserts")  # the second's is saved, and covers the first's: it replaces it
+    both = cached.metric("mlxcel_prompt_cache_ram_bytes") - before
+    assert one > 0 and both < 1.5 * one
+    _, _, cached_tokens = _ask(cached, "glaciers", "Why do they move?")
+    assert cached_tokens >= prompt_tokens - 12  # all but the first question's own words
 
 
 @pytest.mark.slow

@@ -22,6 +22,10 @@ logger = logging.getLogger(__name__)
 
 # A slot's state is saved to the prompt cache only when this many of its tokens would be lost.
 MIN_SAVED_TOKENS = 16
+# A kept entry that shares at least this share of its tokens with a newer one is dropped for
+# it: requests on one system prompt with their own questions would otherwise fill the cache
+# with copies of that prompt, and push other prompts out.
+COVERED_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -75,15 +79,14 @@ class PromptCache:
             self.total_bytes -= len(entry.data)
 
     def put(self, tokens: list[int], data: bytes, adapters: AdapterSet = ()) -> None:
-        """Keep a slot's state; entries of its set it extends are dropped, the oldest go past
-        the limit."""
+        """Keep a slot's state; entries of its set that it mostly covers (`COVERED_SHARE` of
+        their tokens, as any it extends) are dropped, the oldest go past the limit."""
         entry = CacheEntry(tuple(tokens), data, adapters)
         if 0 <= self._max_bytes < len(data):
             if self._spill is not None:
                 self._spill(entry)
             return
-        held = entry.tokens
-        for old in [k for k in self._entries if k[0] == adapters and held[: len(k[1])] == k[1]]:
+        for old in [k for k in self._entries if k[0] == adapters and _covered(k[1], entry.tokens)]:
             self.total_bytes -= len(self._entries.pop(old).data)
         self._entries[entry.key] = entry
         self.total_bytes += len(data)
@@ -92,6 +95,11 @@ class PromptCache:
             self.total_bytes -= len(oldest.data)
             if self._spill is not None:
                 self._spill(oldest)
+
+
+def _covered(old: tuple[int, ...], new: tuple[int, ...]) -> bool:
+    """Whether `new` shares at least COVERED_SHARE of `old`'s tokens from their start."""
+    return common_prefix(old, new) >= COVERED_SHARE * len(old)
 
 
 def swap_cached(
