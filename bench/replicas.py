@@ -94,7 +94,7 @@ def shared_prefix(
     flags = ["--replicas", str(args.replicas), "--threads", "1", "--replica-routing", policy]
     if imbalance is not None:
         flags += ["--replica-imbalance", str(imbalance)]
-    process, port = mlxcel(*flags, "-np", "4", "-c", "16384")
+    process, port = mlxcel(*flags, *cache_flags(args), "-np", "4", "-c", "16384")
     base = f"http://127.0.0.1:{port}/v1"
     try:
         prompts = workload(args)
@@ -182,6 +182,23 @@ def workload_args(parser: argparse.ArgumentParser) -> None:
     add("--replicas", type=int, default=2)
     add("--levels", type=lambda s: [int(n) for n in s.split(",")], default=[1, 2, 4, 8])
     add("--seed", type=int, default=7)
+    add(
+        "--cache-ram",
+        type=int,
+        help="each replica's --cache-ram in MiB (default: the server's); 0 leaves a replica "
+        "only the prefixes its slots hold, as one with memory for part of the prefixes",
+    )
+
+
+def cache_flags(args: argparse.Namespace) -> list[str]:
+    """The replicas' --cache-ram, where one is asked for."""
+    return [] if args.cache_ram is None else ["--cache-ram", str(args.cache_ram)]
+
+
+def results_name(stem: str, args: argparse.Namespace, suffix: str) -> str:
+    """A results file's name: a run with its own --cache-ram keeps its own files."""
+    tag = "" if args.cache_ram is None else f"-cache-ram-{args.cache_ram}"
+    return f"{stem}{tag}{suffix}"
 
 
 def main() -> None:
@@ -229,8 +246,8 @@ def routing(args: argparse.Namespace) -> None:
         )
     ratio = routed["ttft_median_ms"] / spread["ttft_median_ms"]
     print(f"prefix / round-robin median TTFT: {ratio:.2f}x (target at most 0.5x)")
-    plot(results, RESULTS / "replicas-ttft.png")
-    save("replicas-routing.json", {"args": vars(args), "routing": results})
+    plot(results, RESULTS / results_name("replicas-ttft", args, ".png"))
+    save(results_name("replicas-routing", args, ".json"), {"args": vars(args), "routing": results})
 
 
 def save(name: str, report: dict[str, Any]) -> None:

@@ -39,6 +39,7 @@ from replicas import (
     default_model,
     mlxcel,
     plot,
+    results_name,
     routed,
     save,
     stop,
@@ -103,6 +104,7 @@ def on_ray(address: str, policy: str, args: argparse.Namespace, tmp: Path) -> tu
         f"ray: {{address: {address}}}\nmodels:\n  - model: {default_model()}\n"
         f"    replicas: {args.replicas}\n    threads: 1\n    parallel: 4\n    ctx_size: 16384\n"
         f"    replica_routing: {policy}\n    ray_actor_options: {{num_cpus: 1}}\n"
+        + ("" if args.cache_ram is None else f"    cache_ram: {args.cache_ram}\n")
     )
     return mlxcel("--config", str(config))
 
@@ -204,8 +206,9 @@ def main() -> None:
         "target at least 0.95x)"
     )
     title = "2 replicas on Ray, shared system prompts"
-    plot(results, RESULTS / "replicas-ray-ttft.png", title)
-    save("replicas-ray.json", {"args": vars(args), "routing": results, "single_local": local})
+    plot(results, RESULTS / results_name("replicas-ray-ttft", args, ".png"), title)
+    report = {"args": vars(args), "routing": results, "single_local": local}
+    save(results_name("replicas-ray", args, ".json"), report)
 
 
 if __name__ == "__main__":
