@@ -3,6 +3,7 @@ the shared-prefix workload, and what the Ray path costs against local replicas.
 
     python bench/replicas_ray.py                                   # the sizes
     python bench/replicas_ray.py --prompt-words 300 --requests 32 --levels 2,8   # brief
+    python bench/replicas_ray.py --cache-ram 160 --levels 8   # room for part of the prompts
 
 Starts a one-node Ray cluster of its own on loopback (`ray start --head`, its own temp dir, no
 dashboard, ended whatever happens), then serves `--replicas` replicas of the default model at
@@ -131,12 +132,14 @@ def routing(address: str, args: argparse.Namespace, tmp: Path) -> list[dict[str,
             prompts = workload(args)
             result = {"policy": policy, **_level(port, prompts, args.clients, 16)}
             result["decisions"] = routed(port)
-            levels = {}
+            levels, hits = {}, {}
             for level in args.levels:
                 random.Random(level).shuffle(prompts)
                 warm = _level(port, prompts, level, 16)
                 levels[level] = warm["ttft_median_ms"]
+                hits[level] = round(warm["hit_fraction"], 3)
             result["ttft_by_level"] = levels
+            result["hits_by_level"] = hits
             if policy == "prefix":
                 result["single"] = single(port, args)
             results.append(result)
@@ -188,6 +191,7 @@ def main() -> None:
             f"median TTFT {result['ttft_median_ms']:.0f} ms, "
             f"{result['throughput_tok_s']:.1f} tok/s, "
             f"warm median TTFT by clients {result['ttft_by_level']}, "
+            f"warm cache hits by clients {result['hits_by_level']}, "
             f"decisions {result['decisions']}"
         )
     by_prefix, default = results
