@@ -74,7 +74,10 @@ def ray_head() -> Iterator[str]:
             [str(RAY), "status", f"--address={address}"], capture_output=True
         ).returncode:
             if head.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the Ray head did not start")
+                token = Path.home() / ".ray" / "auth_token"
+                # A local ray.init() leaves one; the head then asks for it, `ray status` not.
+                hint = f" ({token} exists: move it away)" if token.exists() else ""
+                raise RuntimeError(f"the Ray head did not start{hint}")
             time.sleep(1)
         yield address
     finally:
