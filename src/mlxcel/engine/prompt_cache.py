@@ -9,6 +9,7 @@ used first out.
 from __future__ import annotations
 
 import logging
+import math
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -98,8 +99,10 @@ class PromptCache:
 
 
 def _covered(old: tuple[int, ...], new: tuple[int, ...]) -> bool:
-    """Whether `new` shares at least COVERED_SHARE of `old`'s tokens from their start."""
-    return common_prefix(old, new) >= COVERED_SHARE * len(old)
+    """Whether `new` shares at least COVERED_SHARE of `old`'s tokens from their start (one
+    slice comparison: this runs over every entry on the engine thread)."""
+    n = math.ceil(COVERED_SHARE * len(old))
+    return old[:n] == new[:n]
 
 
 def swap_cached(
